@@ -1,0 +1,123 @@
+"""The registry: the one place that knows every RMSNorm backend.
+
+Each backend lives in its own module of this package and defines ``BACKEND``, a frozen
+:class:`Backend`. Adding a backend is one new module plus one line in ``_BACKEND_MODULES``.
+
+A backend is described, never run, at import: optional packages (Apex, Liger, QuACK) are imported
+only inside ``unavailable()`` and ``build()``, so a missing package becomes a reason string
+instead of an ImportError.
+
+Callables built by a backend have one signature, ``fn(x, weight, eps) -> y``, and are
+differentiable in ``x`` and ``weight`` (through their own backward kernel or through autograd).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+RMSNormFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
+
+# Module names under impls/, in the order tables list them when times tie.
+_BACKEND_MODULES: tuple[str, ...] = (
+    "triton_rmsnorm.backend",
+    "eager",
+    "compiled",
+    "apex",
+    "torch_native",
+    "liger",
+    "quack",
+)
+
+
+def _always_available() -> str | None:
+    return None
+
+
+def _supports_everything(shape: Sequence[int], dtype: torch.dtype, device: str) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One RMSNorm implementation, as the harness and the tests see it.
+
+    name: short id used on the command line and in result rows.
+    label: what tables print.
+    build: returns a fresh ``fn(x, weight, eps) -> y``. Called once per (shape, dtype) case,
+        outside any timed region, so per-shape setup (torch.compile) never enters a timing.
+    numerics: key into ``harness.oracle.TOLERANCES``: how the backend rounds, which decides
+        how far from the true value it may land.
+    own_backward: True when the backend brings a backward kernel; False when autograd
+        differentiates a chain of framework ops.
+    has_backward: False for forward-only backends (no gradient is checked or timed).
+    graph_capturable_backward: False when the backward cannot be captured in a CUDA graph; the
+        harness then times it host-inclusive only and marks the row.
+    unavailable: returns None when the backend can run here, else the reason (and how to fix).
+    unsupported: returns None when this (shape, dtype, device) case can run, else the reason.
+    """
+
+    name: str
+    label: str
+    build: Callable[[], RMSNormFn]
+    numerics: str
+    own_backward: bool
+    has_backward: bool = True
+    graph_capturable_backward: bool = True
+    unavailable: Callable[[], str | None] = field(default=_always_available)
+    unsupported: Callable[[Sequence[int], torch.dtype, str], str | None] = field(
+        default=_supports_everything
+    )
+
+    def skip_reason(self, shape: Sequence[int], dtype: torch.dtype, device: str) -> str | None:
+        """Why this backend cannot run this case here, or None when it can."""
+        reason = self.unavailable()
+        if reason is not None:
+            return f"unavailable: {reason}"
+        reason = self.unsupported(tuple(shape), dtype, device)
+        if reason is not None:
+            return f"unsupported: {reason}"
+        return None
+
+
+_REGISTRY: dict[str, Backend] | None = None
+
+
+def _load_registry() -> dict[str, Backend]:
+    global _REGISTRY
+    if _REGISTRY is None:
+        registry: dict[str, Backend] = {}
+        for module_name in _BACKEND_MODULES:
+            backend = importlib.import_module(f"{__name__}.{module_name}").BACKEND
+            if backend.name in registry:
+                raise RuntimeError(f"backend name {backend.name!r} registered twice")
+            registry[backend.name] = backend
+        _REGISTRY = registry
+    return _REGISTRY
+
+
+def all_backends() -> list[Backend]:
+    """Every registered backend, available here or not."""
+    return list(_load_registry().values())
+
+
+def backend_names() -> list[str]:
+    return list(_load_registry())
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called ``name``; a clear error lists the known names otherwise."""
+    registry = _load_registry()
+    if name not in registry:
+        raise KeyError(f"unknown backend {name!r}; known backends: {', '.join(registry)}")
+    return registry[name]
+
+
+def select_backends(names: Sequence[str] | None) -> list[Backend]:
+    """The backends named (in that order), or all of them when ``names`` is None."""
+    if names is None:
+        return all_backends()
+    return [get_backend(name) for name in names]

@@ -1,0 +1,60 @@
+"""QuACK's CuTe-DSL RMSNorm (pip install quack-kernels; Hopper or newer).
+
+quack.rmsnorm(x, weight, eps=eps): fp32 statistics, one rounding at the store, any N (thread-block
+clusters for wide rows). Its backward cannot be captured in a CUDA graph, so the harness times
+it host-inclusive only. QuACK's backward refuses N > 128k in fp32.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import torch
+
+from impls import Backend, RMSNormFn
+
+_MAX_N_FP32_BACKWARD = 128 * 1024
+
+
+@functools.cache
+def _unavailable() -> str | None:
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    major, minor = torch.cuda.get_device_capability()
+    if major < 9:
+        return f"needs compute capability >= 9.0 (Hopper), this GPU is {major}.{minor}"
+    try:
+        from quack import rmsnorm  # noqa: F401
+    except Exception as exc:
+        return f"quack-kernels does not import ({type(exc).__name__}: {exc}); pip install quack-kernels"
+    return None
+
+
+def _unsupported(shape: Sequence[int], dtype: torch.dtype, device: str) -> str | None:
+    if device != "cuda":
+        return "CUDA tensors only"
+    if dtype == torch.float32 and shape[-1] > _MAX_N_FP32_BACKWARD:
+        return f"fp32 with N={shape[-1]} > 131072: QuACK's backward refuses it"
+    return None
+
+
+def _build() -> RMSNormFn:
+    from quack import rmsnorm
+
+    def quack_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return rmsnorm(x, weight, eps=eps)
+
+    return quack_rmsnorm
+
+
+BACKEND = Backend(
+    name="quack",
+    label="QuACK (CuTe DSL)",
+    build=_build,
+    numerics="fused_fp32",
+    own_backward=True,
+    graph_capturable_backward=False,
+    unavailable=_unavailable,
+    unsupported=_unsupported,
+)

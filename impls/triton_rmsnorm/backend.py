@@ -1,0 +1,51 @@
+"""Registry entry for our fused Triton RMSNorm."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from impls import Backend, RMSNormFn
+
+
+def _unavailable() -> str | None:
+    try:
+        import triton  # noqa: F401
+    except ImportError as exc:
+        return f"triton does not import ({exc}); pip install triton"
+    from .launch import interpreting
+
+    if not torch.cuda.is_available() and not interpreting():
+        return "no CUDA device, and TRITON_INTERPRET=1 was not set before triton was imported"
+    return None
+
+
+def _unsupported(shape: Sequence[int], dtype: torch.dtype, device: str) -> str | None:
+    from .function import SUPPORTED_DTYPES
+    from .launch import MAX_N, interpreting
+
+    if dtype not in SUPPORTED_DTYPES:
+        return f"dtype {dtype} (fp16, bf16 and fp32 only)"
+    if shape[-1] > MAX_N:
+        return f"N={shape[-1]} > {MAX_N}: the single-tile kernel holds one row in registers"
+    if device != "cuda" and not interpreting():
+        return "CPU tensors need the Triton interpreter (TRITON_INTERPRET=1)"
+    return None
+
+
+def _build() -> RMSNormFn:
+    from .function import rmsnorm
+
+    return rmsnorm
+
+
+BACKEND = Backend(
+    name="triton",
+    label="Triton fused (ours)",
+    build=_build,
+    numerics="fused_fp32",
+    own_backward=True,
+    unavailable=_unavailable,
+    unsupported=_unsupported,
+)

@@ -1,0 +1,91 @@
+"""Triton kernels of the fused RMSNorm: the math, nothing about grids or allocation.
+
+    y = x * rstd * w,   rstd = 1 / sqrt(mean(x^2) + eps)   over the last dimension (length N).
+
+Every reduction and product runs in fp32 whatever the storage dtype (fp16, bf16, fp32): values are
+upcast on load and rounded once, at the final store.
+
+Limits: one row must fit one tile (BLOCK_N = next_power_of_2(N) elements held in registers), so
+the launcher refuses N above ``launch.MAX_N``. Row offsets are computed in int64, so M * N may
+exceed 2**31.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def rmsnorm_fwd_kernel(
+    X,  # [M, N] input, rows strided by stride_x_row, last dim contiguous
+    W,  # [N] weight
+    Y,  # [M, N] output, same dtype as X
+    RSTD,  # [M] fp32: 1 / sqrt(mean(x^2) + eps), saved for the backward
+    stride_x_row,
+    stride_y_row,
+    N,
+    eps,
+    BLOCK_N: tl.constexpr,
+):
+    """One program per row: read x once, write y once, write one fp32 rstd."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+
+    x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)
+    mean_sq = tl.sum(x * x, axis=0) / N
+    rstd = 1.0 / tl.sqrt_rn(mean_sq + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    y = x * rstd * w
+
+    tl.store(Y + row * stride_y_row + cols, y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(RSTD + row, rstd)
+
+
+@triton.jit
+def rmsnorm_bwd_kernel(
+    X,  # [M, N] forward input
+    W,  # [N] weight
+    DY,  # [M, N] upstream gradient
+    RSTD,  # [M] fp32, from the forward
+    DX,  # [M, N] output gradient, dtype of X
+    DW_PARTIAL,  # [programs, N] fp32: this program's share of dw
+    stride_x_row,
+    stride_dy_row,
+    stride_dx_row,
+    M,
+    N,
+    rows_per_program,
+    BLOCK_N: tl.constexpr,
+):
+    """Each program walks a contiguous chunk of rows and owns one fp32 dw accumulator.
+
+    With x_hat = x * rstd and g = w * dy:
+        dx = rstd * (g - x_hat * mean(g * x_hat))
+        dw = sum over rows of dy * x_hat
+    dx and the dw contribution come from the same loads of x and dy; rstd is read back, not
+    recomputed. No atomics: the caller sums the [programs, N] partials once.
+    """
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+
+    # int64 row indices: row * stride may pass 2**31 for large M * N.
+    row_start = pid.to(tl.int64) * rows_per_program
+    row_end = tl.minimum(row_start + rows_per_program, M)
+    for row in range(row_start, row_end):
+        x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + row * stride_dy_row + cols, mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(RSTD + row)
+
+        x_hat = x * rstd
+        g = w * dy
+        mean_gx = tl.sum(g * x_hat, axis=0) / N
+        dx = (g - x_hat * mean_gx) * rstd
+        tl.store(DX + row * stride_dx_row + cols, dx.to(DX.dtype.element_ty), mask=mask)
+
+        dw_acc += dy * x_hat
+
+    tl.store(DW_PARTIAL + pid.to(tl.int64) * N + cols, dw_acc, mask=mask)

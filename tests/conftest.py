@@ -1,0 +1,29 @@
+"""Shared test setup: the device, and the Triton interpreter on machines without CUDA.
+
+TRITON_INTERPRET must be set before triton is first imported, which happens when the triton
+backend builds its kernels; conftest runs before any test module imports them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+ON_GPU = torch.cuda.is_available()
+if not ON_GPU:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+DEVICE = "cuda" if ON_GPU else "cpu"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    where = torch.cuda.get_device_name() if ON_GPU else "CPU (Triton interpreter, cut sweeps)"
+    return f"rmsnorm-bench: device {where}, torch {torch.__version__}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Outside `pytest --benchmark-only`, benchmark tests run once, untimed, as smoke tests.
+    if hasattr(config.option, "benchmark_only") and not config.option.benchmark_only:
+        config.option.benchmark_disable = True

@@ -1,0 +1,47 @@
+"""The oracle checks must reject deliberately wrong backends."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.checks import check_backend
+from harness.inputs import LARGE_EPS, make_inputs
+from tests.conftest import DEVICE
+from tests.negative_controls import FORGETS_EPS, ROUNDS_TWICE, SUMS_SQUARES_IN_BF16
+
+
+def _fails(backend, shape, dtype, **kwargs) -> str:
+    inputs = make_inputs(shape, dtype, DEVICE, **kwargs)
+    result = check_backend(backend, backend.build(), inputs)
+    assert not result.passed, f"the oracle accepted {backend.name}: {result.summary()}"
+    return result.summary()
+
+
+def test_rejects_forgotten_eps():
+    _fails(FORGETS_EPS, (64, 1024), torch.bfloat16, eps=LARGE_EPS)
+
+
+def test_rejects_bf16_sum_of_squares():
+    _fails(SUMS_SQUARES_IN_BF16, (16, 2048), torch.bfloat16)
+
+
+def test_rejects_two_roundings_claimed_as_one():
+    _fails(ROUNDS_TWICE, (64, 4096), torch.bfloat16)
+
+
+def test_rejects_unwritten_elements():
+    """A kernel that leaves part of its output unwritten (NaN there) fails."""
+
+    def leaves_tail_unwritten(x, weight, eps):
+        from harness.oracle import reference_forward
+
+        y = reference_forward(x, weight, eps).to(x.dtype)
+        y[..., -3:] = float("nan")
+        return y
+
+    backend = FORGETS_EPS.__class__(
+        name="wrong-unwritten-tail", label="", build=lambda: leaves_tail_unwritten,
+        numerics="fused_fp32", own_backward=False, has_backward=False,
+    )  # fmt: skip
+    summary = _fails(backend, (8, 1000), torch.float16)
+    assert "non-finite" in summary

@@ -1,0 +1,69 @@
+"""Every registered backend against the oracle, forward and backward.
+
+A backend that cannot run here is skipped with its reason; none is skipped silently.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.checks import check_backend
+from harness.inputs import LARGE_EPS, make_inputs
+from impls import all_backends
+from tests.cases import edge_cases, seed_sweep
+from tests.conftest import DEVICE
+
+BACKENDS = [pytest.param(b, id=b.name) for b in all_backends()]
+
+
+def _check(backend, shape, dtype, **input_kwargs):
+    reason = backend.skip_reason(shape, dtype, DEVICE)
+    if reason is not None:
+        pytest.skip(f"{backend.name}: {reason}")
+    inputs = make_inputs(shape, dtype, DEVICE, **input_kwargs)
+    result = check_backend(backend, backend.build(), inputs)
+    assert result.passed, result.summary()
+    expected = ["y", "dx", "dw"] if backend.has_backward else ["y"]
+    assert [r.quantity for r in result.reports] == expected
+
+
+@pytest.mark.parametrize("shape, dtype", seed_sweep())
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_seed_sweep(backend, shape, dtype):
+    _check(backend, shape, dtype)
+
+
+@pytest.mark.parametrize("shape, dtype", edge_cases())
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_edge_cases(backend, shape, dtype):
+    _check(backend, shape, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_large_eps(backend, dtype):
+    """eps comparable to mean(x^2): a backend that drops or misplaces eps fails here."""
+    _check(backend, (64, 1024), dtype, eps=LARGE_EPS)
+
+
+@pytest.mark.parametrize("layout", ["row-strided", "transposed"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_non_contiguous_input(backend, layout):
+    """A slice of a wider tensor (rows strided) and a transposed view give the oracle's answer."""
+    m, n = 96, 1000
+    dtype = torch.bfloat16
+    reason = backend.skip_reason((m, n), dtype, DEVICE)
+    if reason is not None:
+        pytest.skip(f"{backend.name}: {reason}")
+    base = make_inputs((m, n), dtype, DEVICE)
+    if layout == "row-strided":
+        wide = torch.randn(m, n + 24, dtype=dtype, device=DEVICE)
+        wide[:, 8 : 8 + n] = base.x
+        x = wide[:, 8 : 8 + n]
+    else:
+        x = base.x.t().contiguous().t()
+    assert not x.is_contiguous()
+    inputs = type(base)(x=x, weight=base.weight, dy=base.dy, eps=base.eps)
+    result = check_backend(backend, backend.build(), inputs)
+    assert result.passed, result.summary()

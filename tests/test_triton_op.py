@@ -1,0 +1,94 @@
+"""Our op as users call it: rmsnorm(), the RMSNorm module, its limits and its errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.inputs import make_inputs
+from harness.oracle import TOLERANCES, compare, reference
+from impls.triton_rmsnorm import MAX_N, RMSNorm, rmsnorm
+from tests.conftest import DEVICE
+
+
+def test_module_matches_torch_rmsnorm_semantics():
+    """RMSNorm(N) with eps=None uses finfo(dtype).eps and a learnable weight, like torch's."""
+    n = 768
+    ours = RMSNorm(n, device=DEVICE, dtype=torch.bfloat16)
+    theirs = torch.nn.RMSNorm(n, device=DEVICE, dtype=torch.bfloat16)
+    assert [p.shape for p in ours.parameters()] == [p.shape for p in theirs.parameters()]
+    with torch.no_grad():
+        ours.weight.copy_(torch.randn(n) * 0.3 + 1)
+    x = make_inputs((2, 5, n), torch.bfloat16, DEVICE).x
+    y = ours(x)
+    ref = reference(x, ours.weight.detach(), torch.finfo(torch.bfloat16).eps)
+    report = compare("y", y, ref.y, torch.bfloat16, TOLERANCES["fused_fp32"]["y"], n)
+    assert report.passed, report.summary()
+    y.float().sum().backward()
+    assert ours.weight.grad is not None and ours.weight.grad.shape == (n,)
+
+
+def test_module_without_affine():
+    norm = RMSNorm((512,), eps=1e-5, elementwise_affine=False)
+    assert norm.weight is None and list(norm.parameters()) == []
+    x = make_inputs((8, 512), torch.float32, DEVICE).x
+    ones = torch.ones(512, device=DEVICE)
+    ref = reference(x, ones, 1e-5)
+    report = compare("y", norm(x), ref.y, torch.float32, TOLERANCES["fused_fp32"]["y"], 512)
+    assert report.passed, report.summary()
+
+
+def test_module_rejects_multi_dim_normalized_shape():
+    with pytest.raises(ValueError, match="normalized_shape"):
+        RMSNorm((4, 512))
+
+
+def test_empty_batch_returns_empty():
+    x = torch.empty(0, 256, device=DEVICE, dtype=torch.float16, requires_grad=True)
+    w = torch.ones(256, device=DEVICE, dtype=torch.float16, requires_grad=True)
+    y = rmsnorm(x, w)
+    assert y.shape == (0, 256)
+    y.sum().backward()
+    assert x.grad.shape == (0, 256) and torch.equal(w.grad, torch.zeros_like(w))
+
+
+def test_hidden_size_above_limit_raises():
+    x = torch.randn(2, MAX_N + 1, device=DEVICE, dtype=torch.bfloat16)
+    w = torch.ones(MAX_N + 1, device=DEVICE, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=rf"N={MAX_N + 1} exceeds {MAX_N}"):
+        rmsnorm(x, w)
+
+
+@pytest.mark.parametrize(
+    "make_args, error, match",
+    [
+        (lambda x, w: (x, w[:-1], 1e-6), ValueError, r"weight: expected shape \(256,\)"),
+        (lambda x, w: (x, w.float(), 1e-6), TypeError, "weight: dtype"),
+        (lambda x, w: (x.to(torch.int32), w, 1e-6), TypeError, "x: dtype"),
+        (lambda x, w: (x[:, :0], w[:0], 1e-6), ValueError, "x: the last dimension N must be > 0"),
+        (lambda x, w: (x, w, -1.0), ValueError, "eps: expected a finite number >= 0"),
+        (lambda x, w: (x, w, float("nan")), ValueError, "eps: expected a finite number >= 0"),
+        (lambda x, w: (x, w, "1e-6"), TypeError, "eps: expected a float"),
+        (lambda x, w: (x.sum(), w, 1e-6), ValueError, "x: expected at least one dimension"),
+    ],
+    ids=["weight-shape", "weight-dtype", "int-x", "n-zero", "negative-eps", "nan-eps",
+         "str-eps", "scalar-x"],
+)  # fmt: skip
+def test_bad_input_names_the_argument(make_args, error, match):
+    x = torch.randn(4, 256, device=DEVICE, dtype=torch.float16)
+    w = torch.ones(256, device=DEVICE, dtype=torch.float16)
+    with pytest.raises(error, match=match):
+        rmsnorm(*make_args(x, w))
+
+
+def test_gradients_reach_leaf_inputs_of_any_rank():
+    inputs = make_inputs((2, 3, 4, 640), torch.float16, DEVICE)
+    x = inputs.x.clone().requires_grad_(True)
+    w = inputs.weight.clone().requires_grad_(True)
+    y = rmsnorm(x, w, inputs.eps)
+    y.backward(inputs.dy)
+    ref = reference(inputs.x, inputs.weight, inputs.eps, inputs.dy)
+    tol = TOLERANCES["fused_fp32"]
+    for name, got, want, k in (("dx", x.grad, ref.dx, 640), ("dw", w.grad, ref.dw, 24)):
+        report = compare(name, got, want, torch.float16, tol[name], k)
+        assert report.passed, report.summary()
