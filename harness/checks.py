@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.inputs import Inputs
-from harness.oracle import TOLERANCES, ErrorReport, compare, reference
+from harness.oracle import TOLERANCES, ErrorReport, Reference, compare, reference
 from impls import Backend, RMSNormFn
 
 
@@ -49,16 +49,26 @@ class CheckResult:
 
 
 def check_backend(
-    backend: Backend, fn: RMSNormFn, inputs: Inputs, *, backward: bool = True
+    backend: Backend,
+    fn: RMSNormFn,
+    inputs: Inputs,
+    *,
+    backward: bool = True,
+    ref: Reference | None = None,
 ) -> CheckResult:
-    """Forward (and backward, when asked and the backend has one) of ``fn`` against the oracle."""
+    """Forward (and backward, when asked and the backend has one) of ``fn`` against the oracle.
+
+    ``ref`` may carry the oracle for these inputs (with gradients) when several backends are
+    checked on the same inputs.
+    """
     x_in, w_in = inputs.x, inputs.weight
     do_backward = backward and backend.has_backward
     shape, dtype = tuple(x_in.shape), x_in.dtype
     tolerances = TOLERANCES[backend.numerics]
     n = shape[-1]
     m = x_in.numel() // n if n else 0
-    ref = reference(x_in, w_in, inputs.eps, inputs.dy if do_backward else None)
+    if ref is None or (do_backward and ref.dx is None):
+        ref = reference(x_in, w_in, inputs.eps, inputs.dy if do_backward else None)
 
     x = x_in.detach().clone().requires_grad_(do_backward)
     w = w_in.detach().clone().requires_grad_(do_backward)

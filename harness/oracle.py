@@ -163,9 +163,9 @@ def compare(
         return ErrorReport(quantity, math.inf, math.inf, tolerance.elem_ulps, math.inf,
                            ref.numel(), ref.numel(), False,
                            f"dtype {out.dtype}, expected {dtype}")  # fmt: skip
-    got = out.detach().to(torch.float64).cpu()
-    exact = ref.detach().to(torch.float64).cpu()
-    want = ref.detach().to(dtype).to(torch.float64).cpu()  # the correctly rounded oracle
+    got = out.detach().to(torch.float64)
+    exact = ref.detach().to(device=got.device, dtype=torch.float64)
+    want = ref.detach().to(dtype).to(device=got.device, dtype=torch.float64)  # correctly rounded
 
     finite = torch.isfinite(want)
     nonfinite_disagree = (~finite) & ~((got == want) | (torch.isnan(got) & torch.isnan(want)))
@@ -173,7 +173,7 @@ def compare(
 
     err = torch.where(finite & torch.isfinite(got), (got - want).abs(), torch.zeros_like(got))
     scale = exact[finite].abs().max().item() if finite.any() else 0.0
-    scale_t = torch.tensor(scale, dtype=torch.float64)
+    scale_t = torch.tensor(scale, dtype=torch.float64, device=got.device)
     bound = (
         tolerance.elem_ulps * ulp(want, dtype)
         + tolerance.scale_ulps * ulp(scale_t, dtype)

@@ -44,9 +44,18 @@ def _fail_loudly_on_recompile_limit() -> None:
             setattr(config, flag, True)
 
 
+def _allow_repeated_backward() -> None:
+    # Donated buffers free saved activations during the backward, which forbids
+    # retain_graph=True; the harness replays one backward many times to time it alone.
+    functorch_config = torch._functorch.config
+    if hasattr(functorch_config, "donated_buffer"):
+        functorch_config.donated_buffer = False
+
+
 def _build() -> RMSNormFn:
     torch._dynamo.reset()
     _fail_loudly_on_recompile_limit()
+    _allow_repeated_backward()
     return torch.compile(rmsnorm_eager, backend=_counting_inductor, dynamic=False, fullgraph=True)
 
 

@@ -1,0 +1,181 @@
+"""python -m harness.compare: measure every backend the same way and rank them.
+
+Parses arguments, then hands over to harness.run (measure) and harness.report (tables, plots).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    from harness.shapes import PRESETS
+
+    presets = "\n".join(f"  {name}: {desc}" for name, (desc, _) in PRESETS.items())
+    p = argparse.ArgumentParser(
+        prog="python -m harness.compare",
+        description="Rank RMSNorm backends by bandwidth (byte model: fwd 2MN, bwd 3MN elements; "
+        "a model, not a DRAM counter), each row checked against the fp32 oracle.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"presets:\n{presets}",
+    )
+    p.add_argument(
+        "--backends",
+        nargs="+",
+        metavar="NAME",
+        help="backends to measure (default: all registered)",
+    )
+    p.add_argument(
+        "--preset",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="shape presets (default: seed on CUDA, cpu without)",
+    )
+    p.add_argument(
+        "--shape", nargs="+", default=[], metavar="MxN", help="explicit shapes, e.g. 4096x8192"
+    )
+    p.add_argument(
+        "--dtypes", nargs="+", default=["fp16", "bf16"], choices=["fp16", "bf16", "fp32"]
+    )
+    p.add_argument("--modes", nargs="+", default=["fwd", "bwd"], choices=["fwd", "bwd"])
+    p.add_argument(
+        "--timing",
+        nargs="+",
+        default=["device", "host"],
+        choices=["device", "host"],
+        help="device: CUDA-graph replay over rotating inputs; host: do_bench (default both)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="results file (default results/<gpu>/<date>-<commit>.jsonl; never overwritten)",
+    )
+    p.add_argument(
+        "--from",
+        dest="from_file",
+        type=Path,
+        default=None,
+        help="rank a stored results file (or pytest-benchmark JSON) without measuring",
+    )
+    p.add_argument("--per-shape", action="store_true", help="also print GB/s per shape")
+    p.add_argument("--plot", type=Path, default=None, help="write a bandwidth plot (PNG)")
+    return p  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.from_file is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            # Before triton is imported by any backend: the kernels then run on CPU tensors.
+            os.environ.setdefault("TRITON_INTERPRET", "1")
+    from harness import report, results
+
+    if args.from_file is not None:
+        provenance, ceiling, rows = results.load(args.from_file)
+        print(_header(provenance, ceiling, stored=str(args.from_file)))
+    else:
+        provenance, ceiling, rows, path = _measure(args)
+        print(_header(provenance, ceiling, stored=None))
+        print(f"rows written to {path}")
+    for mode in args.modes:
+        timings = sorted(
+            {r["timing"] for r in rows if r["mode"] == mode}, key=["device", "host", "pytest"].index
+        )
+        for timing in timings:
+            print(f"\n## {mode}, {_timing_name(timing)}\n")
+            print(report.ranking_table(rows, mode, timing))
+            if args.per_shape:
+                print()
+                print(report.per_shape_table(rows, mode, timing))
+    if args.plot is not None:
+        report.plot(rows, str(args.plot), title=f"RMSNorm on {provenance.get('gpu') or 'CPU'}")
+        print(f"\nplot written to {args.plot}")
+    return 0
+
+
+def _timing_name(timing: str) -> str:
+    return {"device": "device-only (CUDA graph, rotating inputs)",
+            "host": "host-inclusive (do_bench median)",
+            "pytest": "pytest-benchmark wall clock"}.get(timing, timing)  # fmt: skip
+
+
+def _measure(args):
+    import torch
+
+    from harness import provenance as prov
+    from harness import results, shapes
+    from harness.run import DTYPES, RunConfig, run
+    from impls import select_backends
+
+    on_cuda = torch.cuda.is_available()
+    presets = args.preset or (["seed"] if on_cuda else ["cpu"])
+    config_shapes = shapes.resolve(presets, args.shape)
+    info = prov.collect()
+    info["presets"] = presets
+    ceiling = {}
+    if on_cuda:
+        from harness.ceiling import card_ceiling_gbps
+
+        ceiling = card_ceiling_gbps()
+    timings = args.timing if on_cuda else ["host"]
+    config = RunConfig(
+        backends=select_backends(args.backends),
+        shapes=config_shapes,
+        dtypes=[DTYPES[d] for d in args.dtypes],
+        modes=args.modes,
+        timings=timings,
+        ceiling_gbps=ceiling.get("ceiling_gbps"),
+    )
+    path = results.fresh_path(args.out or results.default_path(info))
+    writer = results.ResultWriter(path)
+    writer.write({"kind": "provenance", **info})
+    writer.write({"kind": "ceiling", **ceiling})
+    rows: list[dict] = []
+
+    def sink(row: dict) -> None:
+        row["ceiling_gbps"] = ceiling.get("ceiling_gbps")
+        rows.append(row)
+        writer.write({"kind": "row", **row})
+
+    try:
+        run(config, sink)
+    finally:
+        writer.close()
+    return info, ceiling, rows, path
+
+
+def _header(provenance: dict, ceiling: dict, stored: str | None) -> str:
+    lines = []
+    if not provenance.get("gpu"):
+        lines.append("NOTICE: no CUDA device. Triton ran through its CPU interpreter: these times are "
+                     "NOT performance numbers, only a check that every backend runs.")  # fmt: skip
+    v = provenance.get("versions", {})
+    lines.append(
+        f"GPU: {provenance.get('gpu') or 'none'}"
+        + (
+            f" ({provenance.get('sm_count')} SMs, driver {provenance.get('driver')})"
+            if provenance.get("gpu")
+            else ""
+        )
+        + f" | torch {v.get('torch')} | triton {v.get('triton')} | commit {provenance.get('commit')}"
+        + f" | {provenance.get('date')}"
+    )
+    if ceiling.get("ceiling_gbps"):
+        lines.append(f"copy ceiling: {ceiling['ceiling_gbps']:.0f} GB/s "
+                     f"(2 GiB device copy, read + write counted)")  # fmt: skip
+    lines.append("bandwidth = counted bytes / time; fwd counts 2*M*N elements, bwd 3*M*N: a model, "
+                 "not a DRAM counter")  # fmt: skip
+    if stored:
+        lines.append(f"from {stored}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Where and with what a result was measured: GPU, versions, commit, date."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import platform
+import subprocess
+
+import torch
+
+_PACKAGES = ("torch", "triton", "liger-kernel", "quack-kernels", "nvidia-cutlass-dsl", "apex")
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def collect() -> dict:
+    info: dict = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": _git("rev-parse", "--short=12", "HEAD"),
+        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "python": platform.python_version(),
+        "versions": {p: _version(p) for p in _PACKAGES},
+        "cuda": torch.version.cuda,
+    }
+    info["versions"]["torch"] = torch.__version__
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        info["gpu"] = props.name
+        info["sm_count"] = props.multi_processor_count
+        info["l2_bytes"] = int(getattr(props, "L2_cache_size", 0))
+        info["memory_bytes"] = int(props.total_memory)
+        info["driver"] = _nvidia_smi("driver_version")
+    else:
+        info["gpu"] = None
+        info["note"] = (
+            "no CUDA device: Triton ran through its interpreter; times are not performance numbers"
+        )
+    return info
+
+
+def _nvidia_smi(field: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout else None

@@ -1,0 +1,155 @@
+"""Views of result rows: the ranked table per (mode, timing), a per-shape table, plots.
+
+Rows are long format (harness.run); everything here is a pivot of them. Ranking: backends that
+pass the oracle on every shape they ran and were never flagged suspect come first, ordered by
+geomean bandwidth over the shapes they ran; then the rest, marked.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+
+from tabulate import tabulate
+
+
+def _geomean(values: Iterable[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def _median(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+
+
+def ranking(rows: list[dict], mode: str, timing: str) -> list[dict]:
+    """One entry per backend for this (mode, timing), best first."""
+    chosen = [r for r in rows if r["mode"] == mode and r["timing"] == timing]
+    cases = sorted({(r["shape"], r["dtype"]) for r in chosen})
+    eager_ms = {(r["shape"], r["dtype"]): r["ms"] for r in chosen
+                if r["backend"] == "eager" and r["status"] == "ok"}  # fmt: skip
+    by_backend: dict[str, list[dict]] = defaultdict(list)
+    for r in chosen:
+        by_backend[r["backend"]].append(r)
+    entries = []
+    for name, brows in by_backend.items():
+        ok = [r for r in brows if r["status"] == "ok"]
+        others = sorted({f"{r['status']}: {r['reason']}" for r in brows if r["status"] != "ok"})
+        speedups = [eager_ms[(r["shape"], r["dtype"])] / r["ms"] for r in ok
+                    if (r["shape"], r["dtype"]) in eager_ms]  # fmt: skip
+        checked = [r for r in brows if r.get("oracle_passed") is not None]
+        passed = bool(checked) and all(r["oracle_passed"] for r in checked)
+        suspect = any(r.get("suspect") for r in ok)
+        ulps = [r["oracle_max_ulps"] for r in checked if r.get("oracle_max_ulps") is not None]
+        entries.append({
+            "backend": name,
+            "label": brows[0]["label"],
+            "cases": f"{len(ok)}/{len(cases)}",
+            "median_gbps": _median([r["gbps"] for r in ok]),
+            "geomean_gbps": _geomean(r["gbps"] for r in ok),
+            "geomean_pct_ceiling": _geomean(r.get("pct_ceiling") for r in ok),
+            "speedup_vs_eager": _geomean(speedups),
+            "worst_ulps": max(ulps) if ulps else None,
+            "oracle": ("pass" if passed else ("FAIL" if checked else "-")),
+            "suspect": suspect,
+            "not_run": others,
+        })  # fmt: skip
+    ranked = [
+        e for e in entries if e["oracle"] == "pass" and not e["suspect"] and e["geomean_gbps"]
+    ]
+    rest = [e for e in entries if e not in ranked]
+    ranked.sort(key=lambda e: -e["geomean_gbps"])
+    rest.sort(key=lambda e: -(e["geomean_gbps"] or 0))
+    for i, e in enumerate(ranked, 1):
+        e["rank"] = i
+    for e in rest:
+        e["rank"] = "-"
+    return ranked + rest
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def ranking_table(rows: list[dict], mode: str, timing: str) -> str:
+    entries = ranking(rows, mode, timing)
+    table = [
+        [e["rank"], e["backend"], e["cases"], _fmt(e["median_gbps"], ".0f"),
+         _fmt(e["geomean_gbps"], ".0f"), _fmt(e["geomean_pct_ceiling"], ".1f"),
+         _fmt(e["speedup_vs_eager"], ".2f"), _fmt(e["worst_ulps"], ".1f"),
+         e["oracle"] + (" SUSPECT" if e["suspect"] else "")]
+        for e in entries
+    ]  # fmt: skip
+    headers = ["rank", "backend", "cases", "median GB/s", "geomean GB/s", "% ceiling",
+               "x eager", "worst ulps", "oracle"]  # fmt: skip
+    notes = [f"  {e['backend']}: {n}" for e in entries for n in e["not_run"]]
+    text = tabulate(table, headers=headers, tablefmt="github")
+    return text + ("\nnot measured:\n" + "\n".join(notes) if notes else "")
+
+
+def per_shape_table(rows: list[dict], mode: str, timing: str) -> str:
+    """GB/s of every backend at every (shape, dtype); the status where it did not run."""
+    chosen = [r for r in rows if r["mode"] == mode and r["timing"] == timing]
+    backends = list(dict.fromkeys(r["backend"] for r in chosen))
+    cases = sorted({(r["m"], r["n"], r["dtype"]) for r in chosen}, key=lambda c: (c[2], c[1], c[0]))
+    cell = {(r["backend"], r["m"], r["n"], r["dtype"]): r for r in chosen}
+    table = []
+    for m, n, dtype in cases:
+        line = [f"{m}x{n}", dtype]
+        for b in backends:
+            r = cell.get((b, m, n, dtype))
+            if r is None:
+                line.append("")
+            elif r["status"] == "ok":
+                mark = "" if r.get("oracle_passed") is not False else " FAIL"
+                line.append(f"{r['gbps']:.0f}{mark}")
+            else:
+                line.append(r["status"])
+        floor = next((r.get("floor_gbps") for r in chosen
+                      if (r["m"], r["n"], r["dtype"]) == (m, n, dtype) and r.get("floor_gbps")), None)  # fmt: skip
+        line.append(_fmt(floor, ".0f"))
+        table.append(line)
+    return tabulate(table, headers=["shape", "dtype", *backends, "copy floor"], tablefmt="github")
+
+
+def plot(rows: list[dict], path: str, title: str = "") -> None:
+    """Bandwidth against M*N per backend: one panel per (mode, timing)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(m, t) for m in ("fwd", "bwd") for t in ("device", "host")]
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9), sharex=True)
+    for ax, (mode, timing) in zip(axes.flat, panels, strict=True):
+        chosen = [
+            r for r in rows if r["mode"] == mode and r["timing"] == timing and r["status"] == "ok"
+        ]
+        for backend in dict.fromkeys(r["backend"] for r in chosen):
+            points = defaultdict(list)
+            for r in chosen:
+                if r["backend"] == backend:
+                    points[r["m"] * r["n"]].append(r["gbps"])
+            xs = sorted(points)
+            ax.plot(xs, [_geomean(points[x]) for x in xs], marker="o", ms=3, label=backend)
+        ceilings = {r.get("ceiling_gbps") for r in chosen if r.get("ceiling_gbps")}
+        for c in ceilings:
+            ax.axhline(c, color="k", ls="--", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_title(
+            f"{mode}, {'device-only (CUDA graph)' if timing == 'device' else 'host-inclusive (do_bench)'}"
+        )
+        ax.set_ylabel("GB/s (byte model)")
+        ax.grid(alpha=0.3)
+    for ax in axes[1]:
+        ax.set_xlabel("M*N elements")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(title or "RMSNorm bandwidth (dashed: measured copy ceiling)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

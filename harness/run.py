@@ -1,0 +1,257 @@
+"""Backends x shapes x dtypes x modes x timings -> long-format rows, each with its oracle check.
+
+One row per (backend, shape, dtype, mode, timing). A backend that cannot run a case, raises, or
+fails the oracle still gets its rows, with a status and the reason: a failing backend never takes
+the run down, and never disappears from the table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from harness import traffic
+from harness.checks import CheckResult, check_backend
+from harness.inputs import DEFAULT_EPS, Inputs, make_inputs
+from harness.oracle import reference
+from impls import Backend
+
+MODES = ("fwd", "bwd")
+TIMINGS = ("host", "device")
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+
+#: A bandwidth more than this factor above the measured copy ceiling is flagged as suspect.
+SUSPECT_ABOVE_CEILING = 1.05
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    backends: Sequence[Backend]
+    shapes: Sequence[tuple[int, int]]
+    dtypes: Sequence[torch.dtype]
+    modes: Sequence[str] = MODES
+    timings: Sequence[str] = TIMINGS
+    eps: float = DEFAULT_EPS
+    ceiling_gbps: float | None = None
+
+
+def _on_cuda() -> bool:
+    return torch.cuda.is_available()
+
+
+def _error_text(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def _sets(shape: tuple[int, int], dtype: torch.dtype, eps: float) -> list[Inputs]:
+    """Input sets for one case: enough distinct ones on CUDA to exceed 3x the L2 per graph."""
+    device = "cuda" if _on_cuda() else "cpu"
+    count = 1
+    if _on_cuda():
+        from harness.timing import rotating_sets
+
+        m, n = shape
+        count = rotating_sets(
+            traffic.counted_bytes("fwd", m, n, torch.empty((), dtype=dtype).element_size())
+        )
+    return [make_inputs(shape, dtype, device, eps=eps, seed=1000 + i) for i in range(count)]
+
+
+def _leaf(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().requires_grad_(True)
+
+
+def _time_mode(backend: Backend, fn, mode: str, timing: str, sets: list[Inputs]):
+    """One timing of one mode; raises on failure (the caller records it)."""
+    from harness import timing as timers
+
+    w = _leaf(sets[0].weight)
+    eps = sets[0].eps
+    xs = [_leaf(s.x) for s in sets]
+    if not _on_cuda():
+        if mode == "fwd":
+            return timers.time_cpu(lambda: fn(xs[0], w, eps))
+        y = fn(xs[0], w, eps)
+        return timers.time_cpu(
+            lambda: torch.autograd.grad(y, (xs[0], w), sets[0].dy, retain_graph=True)
+        )
+    if timing == "host":
+        if mode == "fwd":
+            return timers.time_host(lambda: fn(xs[0], w, eps))
+        y = fn(xs[0], w, eps)
+        dy = sets[0].dy
+        return timers.time_host(lambda: torch.autograd.grad(y, (xs[0], w), dy, retain_graph=True))
+    stream = torch.cuda.Stream()
+    if mode == "fwd":
+        calls = [lambda x=x: fn(x, w, eps) for x in xs]
+    else:
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # autograd replays each backward op on its forward's stream
+            ys = [fn(x, w, eps) for x in xs]
+        calls = [
+            lambda y=y, x=x, dy=s.dy: torch.autograd.grad(y, (x, w), dy, retain_graph=True)
+            for y, x, s in zip(ys, xs, sets, strict=True)
+        ]
+    timers.warm_up(calls, stream)
+    try:
+        return timers.time_device(calls, stream)
+    except Exception:
+        torch.cuda.synchronize()
+        # The first backward capture of a process can fail; one retry tells it from a real refusal.
+        timers.warm_up(calls, stream, rounds=1)
+        return timers.time_device(calls, stream)
+
+
+def _floor(shape, dtype, timing: str, sets: list[Inputs]) -> float | None:
+    """Time of a same-shape copy kernel (read x once, write once) with this timer."""
+    if not _on_cuda():
+        return None
+    from harness import timing as timers
+    from harness.ceiling import triton_copy
+
+    outs = [torch.empty_like(s.x) for s in sets]
+    if timing == "host":
+        return timers.time_host(lambda: triton_copy(sets[0].x, outs[0])).ms
+    calls = [lambda s=s, o=o: triton_copy(s.x, o) for s, o in zip(sets, outs, strict=True)]
+    stream = torch.cuda.Stream()
+    timers.warm_up(calls, stream)
+    return timers.time_device(calls, stream).ms
+
+
+def _oracle_fields(check: CheckResult | None, mode: str) -> dict:
+    if check is None:
+        return {
+            "oracle_passed": None,
+            "oracle_bound_use": None,
+            "oracle_max_ulps": None,
+            "oracle_detail": None,
+        }
+    wanted = {"fwd": ("y",), "bwd": ("dx", "dw")}[mode]
+    reports = [r for r in check.reports if r.quantity in wanted]
+    if check.error is not None and len(reports) < len(wanted):
+        return {"oracle_passed": False, "oracle_bound_use": None, "oracle_max_ulps": None,
+                "oracle_detail": check.error}  # fmt: skip
+    return {
+        "oracle_passed": all(r.passed for r in reports),
+        "oracle_bound_use": max(r.bound_use for r in reports),
+        "oracle_max_ulps": max(r.max_ulps for r in reports),
+        "oracle_detail": "; ".join(r.summary() for r in reports if not r.passed) or None,
+    }
+
+
+def run(
+    config: RunConfig,
+    sink: Callable[[dict], None],
+    progress: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr, flush=True),
+) -> None:
+    """Measure every case of ``config`` and hand each finished row to ``sink`` at once."""
+    device = "cuda" if _on_cuda() else "cpu"
+    cases = [(s, d) for s in config.shapes for d in config.dtypes]
+    total = len(cases) * len(config.backends)
+    done = 0
+    started = time.perf_counter()
+    for shape, dtype in cases:
+        m, n = shape
+        es = torch.empty((), dtype=dtype).element_size()
+        try:
+            sets = _sets(shape, dtype, config.eps)
+            ref = reference(sets[0].x, sets[0].weight, sets[0].eps, sets[0].dy)
+        except Exception as exc:  # out of memory for this shape: record it, go on
+            progress(f"  {m}x{n} {DTYPE_NAMES[dtype]}: cannot make inputs: {_error_text(exc)}")
+            _free()
+            continue
+        floors = {}
+        for timing in config.timings:
+            try:
+                floors[timing] = _floor(shape, dtype, timing, sets)
+            except Exception as exc:
+                progress(f"  copy floor {timing} failed: {_error_text(exc)}")
+                floors[timing] = None
+        for backend in config.backends:
+            done += 1
+            elapsed = time.perf_counter() - started
+            progress(
+                f"[{done}/{total} {elapsed:5.0f}s] {backend.name} {DTYPE_NAMES[dtype]} {m}x{n}"
+            )
+            base = {
+                "backend": backend.name, "label": backend.label, "m": m, "n": n,
+                "shape": f"{m}x{n}", "dtype": DTYPE_NAMES[dtype],
+            }  # fmt: skip
+            for row in _backend_rows(backend, shape, dtype, device, sets, ref, floors, config):
+                row = {**base, **row}
+                row["bytes"] = traffic.counted_bytes(row["mode"], m, n, es)
+                _add_bandwidth(row, config.ceiling_gbps, m, n, es)
+                sink(row)
+        del sets, ref
+        _free()
+
+
+def _backend_rows(backend, shape, dtype, device, sets, ref, floors, config):
+    reason = backend.skip_reason(shape, dtype, device)
+    check = None
+    fn = None
+    if reason is None:
+        try:
+            fn = backend.build()
+            check = check_backend(backend, fn, sets[0], ref=ref)
+        except Exception as exc:
+            reason = f"error: {_error_text(exc)}"
+    for mode in config.modes:
+        for timing in config.timings:
+            row = {"mode": mode, "timing": timing, "floor_ms": floors.get(timing)}
+            row.update(_oracle_fields(check, mode))
+            if reason is not None:
+                status, _, why = reason.partition(": ")
+                yield {**row, "status": status, "reason": why}
+                continue
+            if mode == "bwd" and not backend.has_backward:
+                yield {**row, "status": "forward-only", "reason": "no backward"}
+                continue
+            if device != "cuda" and timing == "device":
+                yield {**row, "status": "unsupported", "reason": "device-only timing needs CUDA"}
+                continue
+            if timing == "device" and mode == "bwd" and not backend.graph_capturable_backward:
+                yield {**row, "status": "host-only",
+                       "reason": "backward cannot be captured in a CUDA graph"}  # fmt: skip
+                continue
+            try:
+                t = _time_mode(backend, fn, mode, timing, sets)
+            except Exception as exc:
+                _recover()
+                yield {**row, "status": "error", "reason": _error_text(exc)}
+                continue
+            yield {**row, "status": "ok", "reason": None, "ms": t.ms, "p20": t.p20, "p80": t.p80}
+    del fn
+    _free()
+
+
+def _add_bandwidth(row: dict, ceiling: float | None, m: int, n: int, es: int) -> None:
+    if row.get("status") != "ok":
+        return
+    row["gbps"] = traffic.gbps(row["bytes"], row["ms"])
+    floor_ms = row.get("floor_ms")
+    if floor_ms:
+        row["floor_gbps"] = traffic.gbps(traffic.copy_bytes(m, n, es), floor_ms)
+    if ceiling:
+        row["pct_ceiling"] = 100.0 * row["gbps"] / ceiling
+        row["suspect"] = row["gbps"] > SUSPECT_ABOVE_CEILING * ceiling
+
+
+def _recover() -> None:
+    if _on_cuda():
+        with contextlib.suppress(Exception):
+            torch.cuda.synchronize()
+
+
+def _free() -> None:
+    gc.collect()
+    if _on_cuda():
+        torch.cuda.empty_cache()
