@@ -115,7 +115,7 @@ def _measure(args):
     from impls import select_backends
 
     on_cuda = torch.cuda.is_available()
-    presets = args.preset or (["seed"] if on_cuda else ["cpu"])
+    presets = args.preset or ([] if args.shape else ["seed"] if on_cuda else ["cpu"])
     config_shapes = shapes.resolve(presets, args.shape)
     info = prov.collect()
     info["presets"] = presets

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.metadata
+import os
 import platform
 import subprocess
 
@@ -30,7 +31,8 @@ def _version(package: str) -> str | None:
 def collect() -> dict:
     info: dict = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": _git("rev-parse", "--short=12", "HEAD"),
+        # A copy without .git (the GPU machine gets one) names its commit in the environment.
+        "commit": _git("rev-parse", "--short=12", "HEAD") or os.environ.get("RMSNORM_BENCH_COMMIT"),
         "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
         "python": platform.python_version(),
         "versions": {p: _version(p) for p in _PACKAGES},

@@ -28,7 +28,7 @@ def _unavailable() -> str | None:
         return "no CUDA device (Apex's fused_layer_norm_cuda runs on CUDA only)"
     try:
         import fused_layer_norm_cuda  # noqa: F401
-        from apex.normalization import fused_rms_norm_affine  # noqa: F401
+        from apex.normalization.fused_layer_norm import fused_rms_norm_affine  # noqa: F401
     except Exception as exc:  # any import failure (missing, wrong ABI) is a reason, not a crash
         return f"Apex with CUDA extensions does not import ({type(exc).__name__}: {exc}); " + (
             _HOW_TO_GET
@@ -43,7 +43,7 @@ def _unsupported(shape: Sequence[int], dtype: torch.dtype, device: str) -> str |
 
 
 def _build() -> RMSNormFn:
-    from apex.normalization import fused_rms_norm_affine
+    from apex.normalization.fused_layer_norm import fused_rms_norm_affine
 
     def apex_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         return fused_rms_norm_affine(x, weight, weight.shape, eps)
