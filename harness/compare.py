@@ -64,6 +64,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--per-shape", action="store_true", help="also print GB/s per shape")
     p.add_argument("--plot", type=Path, default=None, help="write a bandwidth plot (PNG)")
+    p.add_argument(
+        "--markdown",
+        type=Path,
+        default=None,
+        help="write a results page (provenance, ranked and per-shape tables)",
+    )
     return p  # fmt: skip
 
 
@@ -77,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             os.environ.setdefault("TRITON_INTERPRET", "1")
     from harness import report, results
 
+    path = None
     if args.from_file is not None:
         provenance, ceiling, rows = results.load(args.from_file)
         print(_header(provenance, ceiling, stored=str(args.from_file)))
@@ -97,6 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot is not None:
         report.plot(rows, str(args.plot), title=f"RMSNorm on {provenance.get('gpu') or 'CPU'}")
         print(f"\nplot written to {args.plot}")
+    if args.markdown is not None:
+        source = str(args.from_file or path)
+        plot = os.path.relpath(args.plot, args.markdown.parent) if args.plot else None
+        command = "python -m harness.compare " + " ".join(
+            argv if argv is not None else sys.argv[1:]
+        )
+        page = report.markdown_page(provenance, ceiling, rows, source, plot, command)
+        args.markdown.write_text(page + "\n", encoding="utf-8")
+        print(f"results page written to {args.markdown}")
     return 0
 
 

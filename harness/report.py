@@ -153,3 +153,61 @@ def plot(rows: list[dict], path: str, title: str = "") -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def markdown_page(
+    provenance: dict,
+    ceiling: dict,
+    rows: list[dict],
+    source: str,
+    plot_path: str | None,
+    command: str,
+) -> str:
+    """A results page: provenance, method, and every ranked and per-shape table of ``rows``."""
+    v = provenance.get("versions", {})
+    peers = ", ".join(f"{k} {val}" for k, val in v.items() if val and k not in ("torch", "triton"))
+    lines = [
+        f"# RMSNorm on {provenance.get('gpu') or 'CPU'}",
+        "",
+        f"Generated from `{source}` by `{command}`; do not edit by hand.",
+        "",
+        "| provenance | |",
+        "|---|---|",
+        f"| GPU | {provenance.get('gpu')} ({provenance.get('sm_count')} SMs, "
+        f"{(provenance.get('memory_bytes') or 0) / 2**30:.0f} GiB), driver {provenance.get('driver')} |",
+        f"| software | torch {v.get('torch')}, triton {v.get('triton')}, CUDA {provenance.get('cuda')}, "
+        f"Python {provenance.get('python')} |",
+        f"| peers | {peers or '-'} |",
+        f"| commit, date | {provenance.get('commit')}, {provenance.get('date')} |",
+        f"| presets | {', '.join(provenance.get('presets') or [])} |",
+    ]
+    if ceiling.get("ceiling_gbps"):
+        lines.append(
+            f"| copy ceiling | {ceiling['ceiling_gbps']:.0f} GB/s: 2 GiB device copy, read + write "
+            f"(torch copy_ {ceiling.get('torch_copy_gbps', 0):.0f}, Triton copy kernel "
+            f"{ceiling.get('triton_copy_gbps', 0):.0f}) |"
+        )
+    lines += [
+        "",
+        "GB/s = counted bytes / time, where fwd counts 2·M·N elements and bwd 3·M·N: a model of "
+        "the traffic the op must move, not a DRAM counter. `device` = CUDA-graph replay over "
+        "rotating inputs (> 3x L2); `host` = triton do_bench median (host overhead included). "
+        "`% ceiling` is the geomean of per-shape bandwidth over the copy ceiling; `x eager` the "
+        "geomean speedup over eager PyTorch on the same shapes. `worst ulps` is the largest error "
+        "against the correctly rounded oracle in ulps of max(|ref|, max|ref|/1024); pass/fail is "
+        "judged element by element against each backend's written bound (harness/oracle.py).",
+        "",
+    ]
+    if plot_path:
+        lines += [f"![bandwidth]({plot_path})", ""]
+    for mode in ("fwd", "bwd"):
+        timings = sorted({r["timing"] for r in rows if r["mode"] == mode},
+                         key=["device", "host", "pytest"].index)  # fmt: skip
+        for timing in timings:
+            lines += [f"## {mode}, {timing} timing", "", ranking_table(rows, mode, timing), ""]
+    lines += ["## Per shape (GB/s)", ""]
+    for mode in ("fwd", "bwd"):
+        for timing in sorted({r["timing"] for r in rows if r["mode"] == mode},
+                             key=["device", "host", "pytest"].index):  # fmt: skip
+            lines += [f"### {mode}, {timing}", "", per_shape_table(rows, mode, timing), ""]
+    return "\n".join(lines)

@@ -34,6 +34,10 @@ def _unavailable() -> str | None:
 def _unsupported(shape: Sequence[int], dtype: torch.dtype, device: str) -> str | None:
     if device != "cuda":
         return "CUDA tensors only"
+    if dtype != torch.float32 and shape[-1] % 2:
+        # Seen on the H200 (quack-kernels 0.6.5, N=4095 fp16): vector width gcd(N, 8) = 1
+        # element gives 2-byte async copies, which CuTe's cp.async rejects (4, 8 or 16 bytes).
+        return f"N={shape[-1]} is odd: QuACK's async copies need >= 4-byte vectors in 16-bit dtypes"
     if dtype == torch.float32 and shape[-1] > _MAX_N_FP32_BACKWARD:
         return f"fp32 with N={shape[-1]} > 131072: QuACK's backward refuses it"
     return None

@@ -40,8 +40,21 @@ def test_edge_cases(backend, shape, dtype):
     _check(backend, shape, dtype)
 
 
+#: Seen on the H200 (NVIDIA/apex 6424da3): Apex's backward clamps |weight| to at least eps
+#: (clamp_by_magnitude in csrc/layer_norm_cuda_kernel.cu), so its dx is wrong wherever
+#: |w| < eps. Invisible at eps=1e-5; caught here. strict: if Apex changes, this test says so.
+_APEX_CLAMPS_WEIGHT = pytest.mark.xfail(
+    strict=True,
+    reason="Apex's RMSNorm backward clamps |weight| to >= eps: dx wrong where |w| < eps",
+)
+LARGE_EPS_BACKENDS = [
+    pytest.param(b, id=b.name, marks=[_APEX_CLAMPS_WEIGHT] if b.name == "apex" else [])
+    for b in all_backends()
+]
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", LARGE_EPS_BACKENDS)
 def test_large_eps(backend, dtype):
     """eps comparable to mean(x^2): a backend that drops or misplaces eps fails here."""
     _check(backend, (64, 1024), dtype, eps=LARGE_EPS)

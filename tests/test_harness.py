@@ -1,0 +1,104 @@
+"""The measurement machinery: byte model, result files, ranking, and the compare CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness import report, results, shapes, traffic
+from harness.compare import main as compare_main
+
+H200_RESULTS = sorted(Path("results/nvidia-h200").glob("*.jsonl"))
+
+
+def test_byte_model():
+    assert traffic.counted_bytes("fwd", 4096, 8192, 2) == 2 * 4096 * 8192 * 2
+    assert traffic.counted_bytes("bwd", 4096, 8192, 2) == 3 * 4096 * 8192 * 2
+    assert traffic.copy_bytes(10, 10, 4) == 800
+    assert traffic.gbps(10**9, 1000.0) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="mode"):
+        traffic.counted_bytes("both", 1, 1, 2)
+    with pytest.raises(ValueError, match="ms"):
+        traffic.gbps(1, 0.0)
+
+
+def test_presets_and_shape_parsing():
+    assert shapes.resolve(["seed"], [])[:2] == [(512, 2048), (1024, 2048)]
+    assert len(shapes.resolve(["seed"], [])) == 12
+    assert all(m * n == 2**25 for m, n in shapes.PRESETS["narrow"][1])
+    assert all(m * n >= 2**27 for m, n in shapes.PRESETS["large"][1])
+    assert shapes.resolve([], ["4096x8192", "4096x8192"]) == [(4096, 8192)]
+    with pytest.raises(ValueError, match="shape: expected MxN"):
+        shapes.parse_shape("4096*8192")
+    with pytest.raises(ValueError, match="preset: unknown"):
+        shapes.resolve(["nope"], [])
+
+
+def test_result_files_are_never_overwritten(tmp_path):
+    path = tmp_path / "r.jsonl"
+    first = results.ResultWriter(results.fresh_path(path))
+    first.write({"kind": "provenance", "gpu": "X", "date": "2026-01-01"})
+    first.write({"kind": "row", "backend": "a"})
+    first.close()
+    second_path = results.fresh_path(path)
+    assert second_path != path and second_path.name == "r-2.jsonl"
+    with pytest.raises(FileExistsError):
+        results.ResultWriter(path)
+    provenance, ceiling, rows = results.load(path)
+    assert provenance["gpu"] == "X" and ceiling == {} and rows == [{"backend": "a"}]
+
+
+def _row(backend, gbps, passed=True, suspect=False, shape="8x8", status="ok"):
+    return {"backend": backend, "label": backend, "m": 8, "n": 8, "shape": shape, "dtype": "bf16",
+            "mode": "fwd", "timing": "device", "status": status, "reason": None, "ms": 1 / gbps,
+            "gbps": gbps, "pct_ceiling": gbps / 10, "suspect": suspect, "oracle_passed": passed,
+            "oracle_max_ulps": 1.0}  # fmt: skip
+
+
+def test_ranking_puts_failing_and_suspect_backends_below_passing_ones():
+    rows = [_row("eager", 1.0), _row("fast-but-wrong", 9.0, passed=False),
+            _row("too-fast", 20.0, suspect=True), _row("good", 5.0)]  # fmt: skip
+    ranked = report.ranking(rows, "fwd", "device")
+    assert [e["backend"] for e in ranked][:2] == ["good", "eager"]
+    assert [e["rank"] for e in ranked] == [1, 2, "-", "-"]
+    table = report.ranking_table(rows, "fwd", "device")
+    assert "FAIL" in table and "SUSPECT" in table
+
+
+def test_unsupported_cases_show_with_their_reason():
+    rows = [_row("a", 2.0), {**_row("b", 1.0, status="unsupported"), "reason": "N too wide"}]
+    rows[1].pop("gbps")
+    text = report.ranking_table(rows, "fwd", "device")
+    assert "unsupported: N too wide" in text
+    assert "unsupported" in report.per_shape_table(rows, "fwd", "device")
+
+
+def test_compare_on_cpu_prints_a_ranked_table_with_the_notice(tmp_path, capsys):
+    out = tmp_path / "cpu.jsonl"
+    code = compare_main(["--backends", "triton", "eager", "--shape", "16x256", "--dtypes", "bf16",
+                         "--out", str(out)])  # fmt: skip
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "NOTICE: no CUDA device" in text
+    assert "| triton" in text and "| eager" in text
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert records[0]["kind"] == "provenance"
+    rows = [r for r in records if r["kind"] == "row"]
+    assert {(r["backend"], r["mode"]) for r in rows} == {
+        ("triton", "fwd"),
+        ("triton", "bwd"),
+        ("eager", "fwd"),
+        ("eager", "bwd"),
+    }
+    assert all(r["status"] == "ok" and r["oracle_passed"] for r in rows)
+
+
+@pytest.mark.skipif(not H200_RESULTS, reason="no committed H200 results in results/nvidia-h200")
+def test_from_prints_the_committed_h200_ranking(capsys):
+    assert compare_main(["--from", str(H200_RESULTS[-1])]) == 0
+    text = capsys.readouterr().out
+    assert "GPU: NVIDIA H200" in text and "copy ceiling" in text
+    for backend in ("triton", "eager", "compile", "apex"):
+        assert f"| {backend}" in text
