@@ -28,6 +28,7 @@ _BACKEND_MODULES: tuple[str, ...] = (
     "compiled",
     "apex",
     "torch_native",
+    "torch_native_fp32_weight",
     "liger",
     "quack",
 )
