@@ -48,6 +48,25 @@ class CheckResult:
         return head + "\n  " + "\n  ".join(r.summary() for r in self.reports)
 
 
+def _mirror(t: torch.Tensor, negate: bool) -> torch.Tensor:
+    """Rows in reverse order (first dimension), optionally negated: exact in floating point."""
+    flipped = t.flip(0) if t.dim() > 1 else t
+    return -flipped if negate else flipped
+
+
+def _call(fn: RMSNormFn, x_in, w_in, dy, eps: float, backward: bool):
+    """y (and dx, dw) of one call, on leaf views of the inputs (strides kept, no copy)."""
+    x = x_in.detach().requires_grad_(backward)
+    w = w_in.detach().requires_grad_(backward)
+    poison_free_memory(x.device, 2 * x.numel() * x.element_size())
+    y = fn(x, w, eps)
+    if not backward:
+        return y, None, None
+    poison_free_memory(x.device, 2 * x.numel() * x.element_size())
+    dx, dw = torch.autograd.grad(y, (x, w), dy)
+    return y, dx, dw
+
+
 def check_backend(
     backend: Backend,
     fn: RMSNormFn,
@@ -58,7 +77,11 @@ def check_backend(
 ) -> CheckResult:
     """Forward (and backward, when asked and the backend has one) of ``fn`` against the oracle.
 
-    ``ref`` may carry the oracle for these inputs (with gradients) when several backends are
+    Two calls are judged. The first on ``inputs``; the second on the mirrored problem
+    (x -> -x with rows reversed, dy rows reversed), whose true answer follows exactly from the
+    first: y -> -y reversed, dx reversed, dw -> -dw. A backend that returns a cached result, or
+    skips work on a repeated shape, fails the second call (its reports are named "y#2" etc.).
+    ``ref`` may carry the oracle for ``inputs`` (with gradients) when several backends are
     checked on the same inputs.
     """
     x_in, w_in = inputs.x, inputs.weight
@@ -70,18 +93,20 @@ def check_backend(
     if ref is None or (do_backward and ref.dx is None):
         ref = reference(x_in, w_in, inputs.eps, inputs.dy if do_backward else None)
 
-    x = x_in.detach().clone().requires_grad_(do_backward)
-    w = w_in.detach().clone().requires_grad_(do_backward)
+    calls = [
+        ("", x_in, inputs.dy, ref.y, ref.dx, ref.dw),
+        ("#2", _mirror(x_in, True), _mirror(inputs.dy, False), _mirror(ref.y, True),
+         None if ref.dx is None else _mirror(ref.dx, False),
+         None if ref.dw is None else -ref.dw),
+    ]  # fmt: skip
     reports: list[ErrorReport] = []
     try:
-        poison_free_memory(x.device, 2 * x.numel() * x.element_size())
-        y = fn(x, w, inputs.eps)
-        reports.append(compare("y", y, ref.y, dtype, tolerances["y"], n))
-        if do_backward:
-            poison_free_memory(x.device, 2 * x.numel() * x.element_size())
-            dx, dw = torch.autograd.grad(y, (x, w), inputs.dy)
-            reports.append(compare("dx", dx, ref.dx, dtype, tolerances["dx"], n))
-            reports.append(compare("dw", dw, ref.dw, w_in.dtype, tolerances["dw"], m))
+        for suffix, x, dy, want_y, want_dx, want_dw in calls:
+            y, dx, dw = _call(fn, x, w_in, dy, inputs.eps, do_backward)
+            reports.append(compare("y" + suffix, y, want_y, dtype, tolerances["y"], n))
+            if do_backward:
+                reports.append(compare("dx" + suffix, dx, want_dx, dtype, tolerances["dx"], n))
+                reports.append(compare("dw" + suffix, dw, want_dw, w_in.dtype, tolerances["dw"], m))
     except Exception as exc:  # a failing backend is a result, never a crash of the run
         return CheckResult(backend.name, shape, dtype, reports, f"{type(exc).__name__}: {exc}")
     return CheckResult(backend.name, shape, dtype, reports)

@@ -41,3 +41,43 @@ def _control(name: str, fn) -> Backend:
 FORGETS_EPS = _control("wrong-forgets-eps", forgets_eps)
 SUMS_SQUARES_IN_BF16 = _control("wrong-bf16-sum-of-squares", sums_squares_in_bf16)
 ROUNDS_TWICE = _control("wrong-rounds-twice", rounds_twice_claims_once)
+
+
+def _make_caching():
+    """Computes the first call correctly, then returns that output for every call of the shape."""
+    cache: dict = {}
+
+    def returns_cached_output(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        key = (tuple(x.shape), x.dtype)
+        if key not in cache:
+            xf = x.float()
+            y = xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps) * weight.float()
+            cache[key] = y.to(x.dtype).detach()
+        return cache[key] + 0 * x + 0 * weight  # stays differentiable, as a cheat would
+
+    return returns_cached_output
+
+
+def skips_odd_rows(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Writes only even rows; odd rows keep whatever the allocator handed out."""
+    x2d = x.reshape(-1, x.shape[-1])
+    y = torch.empty_like(x2d)
+    xf = x2d[0::2].float()
+    y[0::2] = (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps) * weight.float()).to(
+        x.dtype
+    )
+    return y.view(x.shape)
+
+
+def computes_in_half(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Everything in fp16 whatever the storage dtype, statistics included."""
+    xh = x.half()
+    return (xh * torch.rsqrt(xh.square().mean(-1, keepdim=True) + eps) * weight.half()).to(x.dtype)
+
+
+RETURNS_CACHED_OUTPUT = Backend(
+    name="wrong-cached-output", label="", build=_make_caching, numerics="fused_fp32",
+    own_backward=False,
+)  # fmt: skip
+SKIPS_ODD_ROWS = _control("wrong-skips-odd-rows", skips_odd_rows)
+COMPUTES_IN_HALF = _control("wrong-computes-in-fp16", computes_in_half)

@@ -7,7 +7,14 @@ import torch
 from harness.checks import check_backend
 from harness.inputs import LARGE_EPS, make_inputs
 from tests.conftest import DEVICE
-from tests.negative_controls import FORGETS_EPS, ROUNDS_TWICE, SUMS_SQUARES_IN_BF16
+from tests.negative_controls import (
+    COMPUTES_IN_HALF,
+    FORGETS_EPS,
+    RETURNS_CACHED_OUTPUT,
+    ROUNDS_TWICE,
+    SKIPS_ODD_ROWS,
+    SUMS_SQUARES_IN_BF16,
+)
 
 
 def _fails(backend, shape, dtype, **kwargs) -> str:
@@ -45,3 +52,18 @@ def test_rejects_unwritten_elements():
     )  # fmt: skip
     summary = _fails(backend, (8, 1000), torch.float16)
     assert "non-finite" in summary
+
+
+def test_rejects_cached_output():
+    """Right on the first call of a shape, stale afterwards: the mirrored second call fails."""
+    summary = _fails(RETURNS_CACHED_OUTPUT, (32, 1024), torch.bfloat16)
+    assert "y#2: FAIL" in summary and "y: ok" in summary
+
+
+def test_rejects_skipped_rows():
+    _fails(SKIPS_ODD_ROWS, (32, 1024), torch.bfloat16)
+
+
+def test_rejects_low_precision_compute():
+    """fp16 statistics for an fp32 tensor: far outside fp32's bound."""
+    _fails(COMPUTES_IN_HALF, (32, 1024), torch.float32)

@@ -70,9 +70,13 @@ def test_hidden_size_above_limit_raises():
         (lambda x, w: (x, w, float("nan")), ValueError, "eps: expected a finite number >= 0"),
         (lambda x, w: (x, w, "1e-6"), TypeError, "eps: expected a float"),
         (lambda x, w: (x.sum(), w, 1e-6), ValueError, "x: expected at least one dimension"),
+        (lambda x, w: (x.double(), w.double(), 1e-6), TypeError, "x: dtype torch.float64"),
+        (lambda x, w: (x, w.to("meta"), 1e-6), ValueError, "weight: on meta but x is on"),
+        (lambda x, w: (x, w, float("inf")), ValueError, "eps: expected a finite number >= 0"),
+        (lambda x, w: (x.tolist(), w, 1e-6), TypeError, "x: expected a torch.Tensor"),
     ],
     ids=["weight-shape", "weight-dtype", "int-x", "n-zero", "negative-eps", "nan-eps",
-         "str-eps", "scalar-x"],
+         "str-eps", "scalar-x", "float64", "weight-device", "inf-eps", "list-x"],
 )  # fmt: skip
 def test_bad_input_names_the_argument(make_args, error, match):
     x = torch.randn(4, 256, device=DEVICE, dtype=torch.float16)

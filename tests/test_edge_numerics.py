@@ -1,0 +1,75 @@
+"""Numerics at the edges, for our kernel: non-finite rows, fp16 overflow of x^2, tiny inputs,
+and 64-bit offsets (M*N >= 2**31, CUDA only)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.checks import check_backend
+from harness.inputs import Inputs, make_inputs
+from harness.oracle import TOLERANCES, compare, reference
+from impls import get_backend
+from impls.triton_rmsnorm import rmsnorm
+from tests.conftest import DEVICE, ON_GPU
+
+TRITON = get_backend("triton")
+
+
+@pytest.mark.parametrize("poison", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_non_finite_value_stays_in_its_row(poison):
+    inputs = make_inputs((16, 1000), torch.bfloat16, DEVICE)
+    x = inputs.x.clone()
+    x[5, 17] = poison
+    x_leaf = x.detach().requires_grad_(True)
+    y = rmsnorm(x_leaf, inputs.weight, inputs.eps)
+    (dx,) = torch.autograd.grad(y, (x_leaf,), inputs.dy)
+    ref = reference(x, inputs.weight, inputs.eps, inputs.dy)
+    others = [r for r in range(16) if r != 5]
+    tol = TOLERANCES["fused_fp32"]
+    for name, got, want in (("y", y, ref.y), ("dx", dx, ref.dx)):
+        assert torch.isfinite(got[others]).all(), f"{name}: non-finite value leaked out of row 5"
+        report = compare(name, got[others], want[others], torch.bfloat16, tol[name], 1000)
+        assert report.passed, report.summary()
+        assert not torch.isfinite(got[5]).all(), f"{name}: row 5 lost its non-finite value"
+    # the whole poisoned row agrees with the oracle, NaN for NaN
+    assert compare("y", y[5], ref.y[5], torch.bfloat16, tol["y"], 1000).passed
+
+
+def test_fp16_inputs_whose_squares_overflow_fp16():
+    """x near 300: x^2 ~ 9e4 > fp16 max 65504. An fp32 reduction is right; eager fp16 is not."""
+    shape = (64, 2048)
+    base = make_inputs(shape, torch.float16, DEVICE)
+    x = (300.0 + 10.0 * torch.randn(shape)).to(device=DEVICE, dtype=torch.float16)
+    inputs = Inputs(x=x, weight=base.weight, dy=base.dy, eps=base.eps)
+    result = check_backend(TRITON, TRITON.build(), inputs)
+    assert result.passed, result.summary()
+    eager = get_backend("eager")
+    assert not check_backend(eager, eager.build(), inputs).passed
+
+
+def test_tiny_fp32_inputs_follow_the_oracle():
+    base = make_inputs((32, 1024), torch.float32, DEVICE)
+    inputs = Inputs(x=base.x * 1e-20, weight=base.weight, dy=base.dy, eps=1e-6)
+    result = check_backend(TRITON, TRITON.build(), inputs)
+    assert result.passed, result.summary()
+
+
+@pytest.mark.skipif(
+    not ON_GPU, reason="needs a CUDA device: 2**31 elements do not fit the interpreter"
+)
+def test_offsets_beyond_2_to_the_31():
+    """M*N > 2**31 bf16 elements (4.3 GB): the last rows, past the int32 range, are right."""
+    n = 8192
+    m = 2**31 // n + 64
+    x = torch.empty(m, n, dtype=torch.bfloat16, device="cuda").normal_()
+    w = (1.0 + 0.5 * torch.randn(n)).to(device="cuda", dtype=torch.bfloat16)
+    x_leaf = x.requires_grad_(True)
+    y = rmsnorm(x_leaf, w, 1e-5)
+    dy = torch.empty_like(x).normal_()
+    (dx,) = torch.autograd.grad(y, (x_leaf,), dy)
+    tail = slice(m - 96, m)  # rows beyond element 2**31
+    ref = reference(x.detach()[tail], w, 1e-5, dy[tail])
+    tol = TOLERANCES["fused_fp32"]
+    assert compare("y", y[tail], ref.y, torch.bfloat16, tol["y"], n).passed
+    assert compare("dx", dx[tail], ref.dx, torch.bfloat16, tol["dx"], n).passed

@@ -1,0 +1,93 @@
+"""The harness survives failing backends and keeps what it measured."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import results
+from harness.run import RunConfig, _add_bandwidth, run
+from impls import Backend, get_backend
+
+
+def _backend(name: str, fn=None, build=None) -> Backend:
+    return Backend(name=name, label=name, build=build or (lambda: fn), numerics="fused_fp32",
+                   own_backward=False)  # fmt: skip
+
+
+def _raises(x, w, eps):
+    raise RuntimeError("kernel exploded")
+
+
+def _out_of_memory(x, w, eps):
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 TiB")
+
+
+def _nan(x, w, eps):
+    return torch.full_like(x, float("nan")) + 0 * x + 0 * w
+
+
+def _bad_build():
+    raise ImportError("peer package vanished")
+
+
+def _run(backends, **kwargs) -> list[dict]:
+    rows: list[dict] = []
+    config = RunConfig(backends=backends, shapes=[(8, 256)], dtypes=[torch.bfloat16],
+                       timings=["host"], **kwargs)  # fmt: skip
+    run(config, rows.append, progress=lambda msg: None)
+    return rows
+
+
+def test_failing_backends_are_recorded_and_the_run_goes_on():
+    backends = [
+        _backend("raises", _raises),
+        _backend("oom", _out_of_memory),
+        _backend("nan", _nan),
+        _backend("bad-build", build=_bad_build),
+        get_backend("eager"),
+    ]
+    rows = _run(backends)
+    by = {(r["backend"], r["mode"]): r for r in rows}
+    assert len(rows) == 2 * len(backends)
+    assert by[("raises", "fwd")]["oracle_passed"] is False
+    assert "kernel exploded" in by[("raises", "fwd")]["oracle_detail"]
+    assert by[("raises", "fwd")]["status"] == "error"
+    assert (
+        by[("oom", "bwd")]["status"] == "error" and "out of memory" in by[("oom", "bwd")]["reason"]
+    )
+    assert by[("nan", "fwd")]["oracle_passed"] is False
+    assert by[("bad-build", "fwd")]["status"] == "error"
+    assert "peer package vanished" in by[("bad-build", "fwd")]["reason"]
+    assert by[("eager", "fwd")]["status"] == "ok" and by[("eager", "bwd")]["oracle_passed"]
+
+
+def test_an_interrupted_run_keeps_the_rows_it_finished(tmp_path):
+    path = tmp_path / "partial.jsonl"
+    writer = results.ResultWriter(path)
+    writer.write({"kind": "provenance", "gpu": None, "date": "2026-11-29"})
+    written = 0
+
+    def sink(row):
+        nonlocal written
+        if written == 3:
+            raise KeyboardInterrupt
+        writer.write({"kind": "row", **row})
+        written += 1
+
+    config = RunConfig(backends=[get_backend("eager"), get_backend("triton")], shapes=[(8, 256)],
+                       dtypes=[torch.bfloat16], timings=["host"])  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        run(config, sink, progress=lambda msg: None)
+    writer.close()
+    _, _, rows = results.load(path)
+    assert len(rows) == 3 and all(r["status"] == "ok" for r in rows)
+
+
+def test_faster_than_the_copy_ceiling_is_flagged_suspect():
+    row = {"status": "ok", "bytes": 4 * 10**9, "ms": 1.0, "floor_ms": None}
+    _add_bandwidth(row, ceiling=3000.0, m=1, n=1, es=2)
+    assert row["gbps"] == pytest.approx(4000.0) and row["suspect"] is True
+    row = {"status": "ok", "bytes": 3 * 10**9, "ms": 1.0, "floor_ms": None}
+    _add_bandwidth(row, ceiling=3000.0, m=1, n=1, es=2)
+    assert row["suspect"] is False
