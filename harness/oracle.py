@@ -73,12 +73,19 @@ def reference_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else torch.float64
 
 
-def reference_forward(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm in the reference precision, unrounded."""
-    compute = reference_dtype(x.dtype)
+def reference_forward(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    *,
+    offset: float = 0.0,
+    compute: torch.dtype | None = None,
+) -> torch.Tensor:
+    """RMSNorm in the reference precision (default: for x's dtype), unrounded."""
+    compute = compute or reference_dtype(x.dtype)
     xc = x.to(compute)
     rstd = torch.rsqrt(xc.square().mean(dim=-1, keepdim=True) + eps)
-    return xc * rstd * weight.to(compute)
+    return xc * rstd * (offset + weight.to(compute))
 
 
 @dataclass(frozen=True)
@@ -89,17 +96,28 @@ class Reference:
 
 
 def reference(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, dy: torch.Tensor | None = None
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    dy: torch.Tensor | None = None,
+    *,
+    offset: float = 0.0,
+    out_dtype: torch.dtype | None = None,
 ) -> Reference:
-    """y, and when dy is given dx and dw, all in the reference precision and unrounded."""
-    compute = reference_dtype(x.dtype)
+    """y, and when dy is given dx and dw, in the reference precision and unrounded.
+
+    The precision is fp64 as soon as any of x, weight or the output is fp32, else fp32.
+    """
+    dtypes = {x.dtype, weight.dtype, out_dtype or x.dtype}
+    compute = torch.float64 if dtypes & {torch.float32, torch.float64} else torch.float32
     if dy is None:
         with torch.no_grad():
-            return Reference(reference_forward(x, weight, eps), None, None)
+            return Reference(reference_forward(x, weight, eps, offset=offset, compute=compute),
+                             None, None)  # fmt: skip
     xc = x.detach().to(compute).requires_grad_(True)
     wc = weight.detach().to(compute).requires_grad_(True)
     with torch.enable_grad():
-        y = reference_forward(xc, wc, eps)
+        y = reference_forward(xc, wc, eps, offset=offset, compute=compute)
         dx, dw = torch.autograd.grad(y, (xc, wc), dy.to(compute))
     return Reference(y.detach(), dx, dw)
 

@@ -63,7 +63,7 @@ def test_hidden_size_above_limit_raises():
     "make_args, error, match",
     [
         (lambda x, w: (x, w[:-1], 1e-6), ValueError, r"weight: expected shape \(256,\)"),
-        (lambda x, w: (x, w.float(), 1e-6), TypeError, "weight: dtype"),
+        (lambda x, w: (x, w.double(), 1e-6), TypeError, "weight: dtype torch.float64"),
         (lambda x, w: (x.to(torch.int32), w, 1e-6), TypeError, "x: dtype"),
         (lambda x, w: (x[:, :0], w[:0], 1e-6), ValueError, "x: the last dimension N must be > 0"),
         (lambda x, w: (x, w, -1.0), ValueError, "eps: expected a finite number >= 0"),
@@ -83,6 +83,17 @@ def test_bad_input_names_the_argument(make_args, error, match):
     w = torch.ones(256, device=DEVICE, dtype=torch.float16)
     with pytest.raises(error, match=match):
         rmsnorm(*make_args(x, w))
+
+
+def test_bad_keyword_arguments_name_the_argument():
+    x = torch.randn(4, 256, device=DEVICE, dtype=torch.float16)
+    w = torch.ones(256, device=DEVICE, dtype=torch.float16)
+    with pytest.raises(TypeError, match="out_dtype: torch.int8 is not supported"):
+        rmsnorm(x, w, out_dtype=torch.int8)
+    with pytest.raises(ValueError, match="offset: expected a finite number"):
+        rmsnorm(x, w, offset=float("inf"))
+    with pytest.raises(TypeError, match="offset: expected a float"):
+        rmsnorm(x, w, offset=None)
 
 
 def test_gradients_reach_leaf_inputs_of_any_rank():

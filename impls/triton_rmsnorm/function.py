@@ -1,4 +1,12 @@
-"""The differentiable op: input checks, [..., N] <-> [M, N] flattening, autograd wiring."""
+"""The differentiable op: input checks, [..., N] <-> [M, N] flattening, autograd wiring.
+
+Two doors to the same kernels:
+- eager calls go through ``RMSNormFunction`` (a torch.autograd.Function: the least host
+  overhead per call);
+- under torch.compile they go through the custom op ``rmsnorm_bench::rmsnorm`` (registered with
+  torch.library, with fake implementations and a registered backward), so a compiled model keeps
+  our kernels, forward and backward, with no graph break.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +19,13 @@ from . import launch
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def validate_inputs(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+def validate_inputs(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    offset: float = 0.0,
+    out_dtype: torch.dtype | None = None,
+) -> None:
     """Raise a clear error, naming the argument, for anything the kernels do not support."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
@@ -24,50 +38,126 @@ def validate_inputs(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
         raise ValueError(f"x: the last dimension N must be > 0, got shape {tuple(x.shape)}")
     if x.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"x: dtype {x.dtype} is not supported; expected one of {SUPPORTED_DTYPES}")
-    if weight.dtype != x.dtype:
-        raise TypeError(f"weight: dtype {weight.dtype} must match x's dtype {x.dtype}")
+    if weight.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"weight: dtype {weight.dtype} is not supported; expected one of {SUPPORTED_DTYPES}"
+        )
+    if out_dtype is not None and out_dtype not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"out_dtype: {out_dtype} is not supported; expected one of {SUPPORTED_DTYPES}"
+        )
     if tuple(weight.shape) != (n,):
-        raise ValueError(f"weight: expected shape ({n},) to match x's last dimension, got "
-                         f"{tuple(weight.shape)}")  # fmt: skip
+        raise ValueError(
+            f"weight: expected shape ({n},) to match x's last dimension, got {tuple(weight.shape)}"
+        )
     if weight.device != x.device:
         raise ValueError(
             f"weight: on {weight.device} but x is on {x.device}; put both on one device"
         )
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-        raise TypeError(f"eps: expected a float, got {type(eps).__name__}")
+    for name, value in (("eps", eps), ("offset", offset)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name}: expected a float, got {type(value).__name__}")
     if not math.isfinite(eps) or eps < 0:
         raise ValueError(f"eps: expected a finite number >= 0, got {eps}")
+    if not math.isfinite(offset):
+        raise ValueError(f"offset: expected a finite number, got {offset}")
     launch.check_hidden_size(n)
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
-    """A 2-D [M, N] view of t; copied only when the last dimension is not contiguous."""
+    """A 2-D [M, N] view of t; rows may be strided. Copied (once) only when the last dimension
+    itself is not contiguous, which the kernels cannot address."""
     t2d = t.reshape(-1, t.shape[-1])
     return t2d if t2d.stride(-1) == 1 else t2d.contiguous()
+
+
+# ---- eager door: autograd.Function -------------------------------------------------------------
 
 
 class RMSNormFunction(torch.autograd.Function):
     """Fused RMSNorm with a fused backward; saves x, weight and one fp32 rstd per row."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    def forward(ctx, x, weight, eps, offset, out_dtype):
         x2d = _rows(x)
-        y2d, rstd = launch.rmsnorm_forward(x2d, weight, float(eps))
+        y2d, rstd = launch.rmsnorm_forward(x2d, weight, float(eps), float(offset), out_dtype)
         ctx.save_for_backward(x2d, weight, rstd)
+        ctx.offset = float(offset)
         return y2d.view(x.shape)
 
     @staticmethod
-    def backward(ctx, dy: torch.Tensor):
+    def backward(ctx, dy):
         x2d, weight, rstd = ctx.saved_tensors
-        dx2d, dw = launch.rmsnorm_backward(_rows(dy), x2d, weight, rstd)
-        return dx2d.view(dy.shape), dw, None
+        dx2d, dw = launch.rmsnorm_backward(_rows(dy), x2d, weight, rstd, ctx.offset)
+        return dx2d.view(dy.shape), dw, None, None, None
 
 
-def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """RMSNorm over the last dimension: x / sqrt(mean(x^2) + eps) * weight.
+# ---- compiled door: torch.library custom ops ------------------------------------------------------
 
-    x: [..., N] in fp16, bf16 or fp32; weight: [N], same dtype and device. Differentiable in x
-    and weight. Statistics in fp32; the output is rounded once to x's dtype.
+
+@torch.library.custom_op("rmsnorm_bench::rmsnorm_fwd", mutates_args=())
+def _rmsnorm_fwd_op(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, out_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    y2d, rstd = launch.rmsnorm_forward(_rows(x), weight, eps, offset, out_dtype)
+    return y2d.view(x.shape), rstd
+
+
+@_rmsnorm_fwd_op.register_fake
+def _(x, weight, eps, offset, out_dtype):
+    rows = x.numel() // x.shape[-1]
+    return x.new_empty(x.shape, dtype=out_dtype), x.new_empty((rows,), dtype=torch.float32)
+
+
+@torch.library.custom_op("rmsnorm_bench::rmsnorm_bwd", mutates_args=())
+def _rmsnorm_bwd_op(
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor, offset: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    dx2d, dw = launch.rmsnorm_backward(_rows(dy), _rows(x), weight, rstd, offset)
+    return dx2d.view(x.shape), dw
+
+
+@_rmsnorm_bwd_op.register_fake
+def _(dy, x, weight, rstd, offset):
+    return torch.empty_like(x, memory_format=torch.contiguous_format), torch.empty_like(weight)
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, _eps, offset, _out_dtype = inputs
+    ctx.save_for_backward(x, weight, output[1])
+    ctx.offset = offset
+
+
+def _backward(ctx, dy, _drstd):
+    x, weight, rstd = ctx.saved_tensors
+    dx, dw = _rmsnorm_bwd_op(dy, x, weight, rstd, ctx.offset)
+    return dx, dw, None, None, None
+
+
+_rmsnorm_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ---- the public op ---------------------------------------------------------------------------------
+
+
+def rmsnorm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    *,
+    offset: float = 0.0,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """RMSNorm over the last dimension: x / sqrt(mean(x^2) + eps) * (offset + weight).
+
+    x: [..., N] in fp16, bf16 or fp32; rows may be strided (a slice of a wider tensor), the last
+    dimension is copied once if it is not contiguous. weight: [N] on x's device, fp16, bf16 or
+    fp32 (e.g. an fp32 weight on bf16 activations). offset: 0 (Llama) or 1 (Gemma's 1 + w).
+    out_dtype: the output dtype, default x's. Differentiable in x and weight; dx comes back in x's
+    dtype, dw in weight's. Statistics in fp32; the output is rounded once.
     """
-    validate_inputs(x, weight, eps)
-    return RMSNormFunction.apply(x, weight, eps)
+    validate_inputs(x, weight, eps, offset, out_dtype)
+    out_dtype = out_dtype or x.dtype
+    if torch.compiler.is_compiling():
+        return _rmsnorm_fwd_op(x, weight, float(eps), float(offset), out_dtype)[0]
+    return RMSNormFunction.apply(x, weight, eps, offset, out_dtype)

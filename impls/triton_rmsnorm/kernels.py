@@ -1,9 +1,10 @@
 """Triton kernels of the fused RMSNorm: the math, nothing about grids or allocation.
 
-    y = x * rstd * w,   rstd = 1 / sqrt(mean(x^2) + eps)   over the last dimension (length N).
+    y = x * rstd * (offset + w),   rstd = 1 / sqrt(mean(x^2) + eps)   over the last dimension.
 
-Every reduction and product runs in fp32 whatever the storage dtype (fp16, bf16, fp32): values are
-upcast on load and rounded once, at the final store.
+offset is 0 for Llama-style RMSNorm and 1 for Gemma's. x, w and y may each be fp16, bf16 or fp32,
+independently. Every reduction and product runs in fp32: values are upcast on load and rounded
+once, at the final store.
 
 Limits: one row must fit one tile (BLOCK_N = next_power_of_2(N) elements held in registers), so
 the launcher refuses N above ``launch.MAX_N``. Row offsets are computed in int64, so M * N may
@@ -18,12 +19,13 @@ import triton.language as tl
 def rmsnorm_fwd_kernel(
     X,  # [M, N] input, rows strided by stride_x_row, last dim contiguous
     W,  # [N] weight
-    Y,  # [M, N] output, same dtype as X
+    Y,  # [M, N] output, contiguous, in the caller's output dtype
     RSTD,  # [M] fp32: 1 / sqrt(mean(x^2) + eps), saved for the backward
     stride_x_row,
     stride_y_row,
     N,
     eps,
+    offset,  # added to the weight: 0.0, or 1.0 for Gemma
     BLOCK_N: tl.constexpr,
 ):
     """One program per row: read x once, write y once, write one fp32 rstd."""
@@ -34,7 +36,7 @@ def rmsnorm_fwd_kernel(
     x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)
     mean_sq = tl.sum(x * x, axis=0) / N
     rstd = 1.0 / tl.sqrt_rn(mean_sq + eps)
-    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
     y = x * rstd * w
 
     tl.store(Y + row * stride_y_row + cols, y.to(Y.dtype.element_ty), mask=mask)
@@ -55,11 +57,12 @@ def rmsnorm_bwd_kernel(
     M,
     N,
     rows_per_program,
+    offset,
     BLOCK_N: tl.constexpr,
 ):
     """Each program walks a contiguous chunk of rows and owns one fp32 dw accumulator.
 
-    With x_hat = x * rstd and g = w * dy:
+    With x_hat = x * rstd and g = (offset + w) * dy:
         dx = rstd * (g - x_hat * mean(g * x_hat))
         dw = sum over rows of dy * x_hat
     dx and the dw contribution come from the same loads of x and dy; rstd is read back, not
@@ -69,7 +72,7 @@ def rmsnorm_bwd_kernel(
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
 
-    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
     dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
 
     # int64 row indices: row * stride may pass 2**31 for large M * N.

@@ -82,17 +82,22 @@ def _check_runnable(x: torch.Tensor) -> None:
 
 
 def rmsnorm_forward(
-    x: torch.Tensor, weight: torch.Tensor, eps: float
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    offset: float = 0.0,
+    out_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """y and the per-row fp32 rstd for a 2-D x [M, N] whose last dimension is contiguous."""
+    """y (in out_dtype, default x's) and the per-row fp32 rstd for a 2-D x [M, N] whose last
+    dimension is contiguous; rows may be strided."""
     _check_runnable(x)
     m, n = x.shape
     check_hidden_size(n)
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    y = torch.empty((m, n), dtype=out_dtype or x.dtype, device=x.device)
     rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
     if m == 0:
         return y, rstd
-    args = (x, weight, y, rstd, x.stride(0), y.stride(0), n, eps)
+    args = (x, weight, y, rstd, x.stride(0), y.stride(0), n, eps, offset)
     if interpreting():
         rmsnorm_fwd_kernel[(m,)](*args, BLOCK_N=block_size(n), num_warps=4)
     else:
@@ -101,7 +106,11 @@ def rmsnorm_forward(
 
 
 def rmsnorm_backward(
-    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    rstd: torch.Tensor,
+    offset: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """dx [M, N] (dtype of x) and dw [N] (dtype of weight), dw summed from fp32 partials."""
     _check_runnable(x)
@@ -115,7 +124,7 @@ def rmsnorm_backward(
     dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
     args = (
         x, weight, dy, rstd, dx, dw_partial,
-        x.stride(0), dy.stride(0), dx.stride(0), m, n, rows_per_program,
+        x.stride(0), dy.stride(0), dx.stride(0), m, n, rows_per_program, offset,
     )  # fmt: skip
     if interpreting():
         rmsnorm_bwd_kernel[(programs,)](*args, BLOCK_N=block_size(n), num_warps=4)

@@ -1,0 +1,116 @@
+"""What production users need beyond the plain op: Gemma offset, mixed weight and output dtypes,
+strided rows without a copy, torch.compile without graph breaks, a deterministic backward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.inputs import make_inputs
+from harness.oracle import TOLERANCES, compare, reference
+from impls.triton_rmsnorm import rmsnorm
+from impls.triton_rmsnorm.function import _rows
+from tests.cases import DTYPE_NAMES
+from tests.conftest import DEVICE
+
+TOL = TOLERANCES["fused_fp32"]
+
+
+def _grads(x, w, dy, **kwargs):
+    x_leaf = x.detach().requires_grad_(True)
+    w_leaf = w.detach().requires_grad_(True)
+    y = rmsnorm(x_leaf, w_leaf, 1e-5, **kwargs)
+    dx, dw = torch.autograd.grad(y, (x_leaf, w_leaf), dy.to(y.dtype))
+    return y, dx, dw
+
+
+def _assert_matches_oracle(x, w, dy, **kwargs):
+    y, dx, dw = _grads(x, w, dy, **kwargs)
+    ref = reference(x, w, 1e-5, dy.to(y.dtype), offset=kwargs.get("offset", 0.0),
+                    out_dtype=kwargs.get("out_dtype"))  # fmt: skip
+    n, m = x.shape[-1], x.numel() // x.shape[-1]
+    for name, got, want, dtype, k in (("y", y, ref.y, y.dtype, n), ("dx", dx, ref.dx, x.dtype, n),
+                                      ("dw", dw, ref.dw, w.dtype, m)):  # fmt: skip
+        report = compare(name, got, want, dtype, TOL[name], k)
+        assert report.passed, report.summary()
+    return y, dx, dw
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_gemma_offset(dtype):
+    inputs = make_inputs((64, 1000), dtype, DEVICE)
+    w = (0.1 * torch.randn(1000)).to(DEVICE, dtype)  # Gemma stores w around 0 and uses 1 + w
+    _assert_matches_oracle(inputs.x, w, inputs.dy, offset=1.0)
+
+
+@pytest.mark.parametrize(
+    "x_dtype, w_dtype, out_dtype",
+    [(torch.bfloat16, torch.float32, None), (torch.bfloat16, torch.float32, torch.float32),
+     (torch.float16, torch.float16, torch.float32), (torch.float32, torch.bfloat16, torch.bfloat16)],
+    ids=lambda d: DTYPE_NAMES.get(d, "same"),
+)  # fmt: skip
+def test_weight_and_output_dtypes(x_dtype, w_dtype, out_dtype):
+    inputs = make_inputs((48, 2048), x_dtype, DEVICE)
+    w = inputs.weight.to(w_dtype)
+    y, dx, dw = _assert_matches_oracle(inputs.x, w, inputs.dy, out_dtype=out_dtype)
+    assert y.dtype == (out_dtype or x_dtype) and dx.dtype == x_dtype and dw.dtype == w_dtype
+
+
+def test_strided_rows_run_without_a_copy():
+    wide = make_inputs((64, 1536), torch.bfloat16, DEVICE).x
+    x = wide[:, 256 : 256 + 1024]  # every row a slice of a wider row
+    assert not x.is_contiguous() and x.stride() == (1536, 1)
+    assert _rows(x).data_ptr() == x.data_ptr(), "the kernel would get a copy"
+    inputs = make_inputs((64, 1024), torch.bfloat16, DEVICE)
+    _assert_matches_oracle(x, inputs.weight, inputs.dy)
+
+
+def test_backward_is_bitwise_deterministic():
+    inputs = make_inputs((300, 2048), torch.bfloat16, DEVICE)
+    first = _grads(inputs.x, inputs.weight, inputs.dy)
+    for _ in range(2):
+        again = _grads(inputs.x, inputs.weight, inputs.dy)
+        for a, b in zip(first, again, strict=True):
+            assert torch.equal(a, b)
+
+
+def test_torch_compile_fullgraph_runs_our_kernels_forward_and_backward():
+    """fullgraph=True raises on any graph break; the custom op keeps our kernels in the graph."""
+    import impls.triton_rmsnorm.launch as launch
+
+    calls = {"fwd": 0, "bwd": 0}
+    real_fwd, real_bwd = launch.rmsnorm_forward, launch.rmsnorm_backward
+
+    def counting_fwd(*args, **kwargs):
+        calls["fwd"] += 1
+        return real_fwd(*args, **kwargs)
+
+    def counting_bwd(*args, **kwargs):
+        calls["bwd"] += 1
+        return real_bwd(*args, **kwargs)
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(256, 256, device=DEVICE, dtype=torch.float32)
+            self.norm_weight = torch.nn.Parameter(torch.ones(256, device=DEVICE))
+
+        def forward(self, x):
+            return self.proj(rmsnorm(x, self.norm_weight, 1e-5)) * 2
+
+    torch._dynamo.reset()
+    model = Block()
+    compiled = torch.compile(model, fullgraph=True)
+    x = make_inputs((32, 256), torch.float32, DEVICE).x.requires_grad_(True)
+    launch.rmsnorm_forward, launch.rmsnorm_backward = counting_fwd, counting_bwd
+    try:
+        out = compiled(x)
+        out.sum().backward()
+    finally:
+        launch.rmsnorm_forward, launch.rmsnorm_backward = real_fwd, real_bwd
+    assert calls["fwd"] >= 1 and calls["bwd"] >= 1, calls
+    x_eager = x.detach().clone().requires_grad_(True)
+    eager_out = model(x_eager)
+    eager_out.sum().backward()
+    torch.testing.assert_close(out, eager_out)
+    torch.testing.assert_close(x.grad, x_eager.grad)
