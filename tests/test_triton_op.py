@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness.checks import check_backend
 from harness.inputs import make_inputs
 from harness.oracle import TOLERANCES, compare, reference
+from impls import get_backend
 from impls.triton_rmsnorm import MAX_N, RMSNorm, rmsnorm
+from impls.triton_rmsnorm.launch import SINGLE_TILE_MAX_N
 from tests.conftest import DEVICE
 
 
@@ -52,11 +55,24 @@ def test_empty_batch_returns_empty():
     assert x.grad.shape == (0, 256) and torch.equal(w.grad, torch.zeros_like(w))
 
 
-def test_hidden_size_above_limit_raises():
-    x = torch.randn(2, MAX_N + 1, device=DEVICE, dtype=torch.bfloat16)
-    w = torch.ones(MAX_N + 1, device=DEVICE, dtype=torch.bfloat16)
+def test_hidden_size_above_int32_raises():
+    x = torch.empty(0, MAX_N + 1, device="meta", dtype=torch.bfloat16)
+    w = torch.empty(MAX_N + 1, device="meta", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=rf"N={MAX_N + 1} exceeds {MAX_N}"):
         rmsnorm(x, w)
+
+
+@pytest.mark.parametrize(
+    "shape, dtype",
+    [((3, SINGLE_TILE_MAX_N + 1), torch.bfloat16), ((5, 2 * SINGLE_TILE_MAX_N + 3), torch.float16),
+     ((2, 3, 70000), torch.float32)],
+    ids=["bf16-3x65537", "fp16-5x131075", "fp32-2x3x70000"],
+)  # fmt: skip
+def test_rows_wider_than_one_tile(shape, dtype):
+    """The looped path: no hidden-size cap at the single-tile limit."""
+    inputs = make_inputs(shape, dtype, DEVICE)
+    result = check_backend(get_backend("triton"), rmsnorm, inputs)
+    assert result.passed, result.summary()
 
 
 @pytest.mark.parametrize(

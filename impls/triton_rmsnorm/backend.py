@@ -28,7 +28,7 @@ def _unsupported(shape: Sequence[int], dtype: torch.dtype, device: str) -> str |
     if dtype not in SUPPORTED_DTYPES:
         return f"dtype {dtype} (fp16, bf16 and fp32 only)"
     if shape[-1] > MAX_N:
-        return f"N={shape[-1]} > {MAX_N}: the single-tile kernel holds one row in registers"
+        return f"N={shape[-1]} > {MAX_N}: column indices are int32"
     if device != "cuda" and not interpreting():
         return "CPU tensors need the Triton interpreter (TRITON_INTERPRET=1)"
     return None

@@ -6,9 +6,10 @@ offset is 0 for Llama-style RMSNorm and 1 for Gemma's. x, w and y may each be fp
 independently. Every reduction and product runs in fp32: values are upcast on load and rounded
 once, at the final store.
 
-Limits: one row must fit one tile (BLOCK_N = next_power_of_2(N) elements held in registers), so
-the launcher refuses N above ``launch.MAX_N``. Row offsets are computed in int64, so M * N may
-exceed 2**31.
+The single-tile kernels hold one row in one tile (BLOCK_N = next_power_of_2(N) elements in
+registers) and serve N <= launch.SINGLE_TILE_MAX_N; the looped kernels at the end of this file
+serve wider rows. Row offsets are computed in int64, so M * N may exceed 2**31; column indices
+are int32.
 """
 
 import triton
@@ -92,3 +93,82 @@ def rmsnorm_bwd_kernel(
         dw_acc += dy * x_hat
 
     tl.store(DW_PARTIAL + pid.to(tl.int64) * N + cols, dw_acc, mask=mask)
+
+
+# ---- wide rows: N above what one tile holds in registers --------------------------------------
+
+
+@triton.jit
+def rmsnorm_fwd_looped_kernel(
+    X, W, Y, RSTD,
+    stride_x_row, stride_y_row, N, eps, offset,
+    BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """One program per row, the row walked in BLOCK_N chunks twice: sum of squares, then y.
+
+    The second pass re-reads x; for rows of a few hundred KB it is mostly served by L2.
+    """
+    row = tl.program_id(0).to(tl.int64)
+    x_row = X + row * stride_x_row
+    y_row = Y + row * stride_y_row
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        x = tl.load(x_row + cols, mask=cols < N, other=0.0).to(tl.float32)
+        acc += x * x
+    rstd = 1.0 / tl.sqrt_rn(tl.sum(acc, axis=0) / N + eps)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = cols < N
+        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
+        tl.store(y_row + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+    tl.store(RSTD + row, rstd)
+
+
+@triton.jit
+def rmsnorm_bwd_row_dot_kernel(
+    X, W, DY, RSTD, MEAN_GX,
+    stride_x_row, stride_dy_row, N, offset,
+    BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Wide-row backward, step 1: one program per row, mean(g * x_hat) with g = (offset + w) * dy."""
+    row = tl.program_id(0).to(tl.int64)
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = cols < N
+        x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + row * stride_dy_row + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
+        acc += w * dy * x
+    rstd = tl.load(RSTD + row)
+    tl.store(MEAN_GX + row, tl.sum(acc, axis=0) * rstd / N)
+
+
+@triton.jit
+def rmsnorm_bwd_columns_kernel(
+    X, W, DY, RSTD, MEAN_GX, DX, DW_PARTIAL,
+    stride_x_row, stride_dy_row, stride_dx_row, M, N, rows_per_program, offset,
+    BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Wide-row backward, step 2: program (column block, row group) writes dx for its block of
+    its rows and owns the fp32 dw accumulator of that block: no atomics, as in the narrow path."""
+    col_block = tl.program_id(0)
+    row_group = tl.program_id(1)
+    cols = col_block * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < N
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
+    dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    row_start = row_group.to(tl.int64) * rows_per_program
+    row_end = tl.minimum(row_start + rows_per_program, M)
+    for row in range(row_start, row_end):
+        x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(DY + row * stride_dy_row + cols, mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(RSTD + row)
+        mean_gx = tl.load(MEAN_GX + row)
+        x_hat = x * rstd
+        dx = (w * dy - x_hat * mean_gx) * rstd
+        tl.store(DX + row * stride_dx_row + cols, dx.to(DX.dtype.element_ty), mask=mask)
+        dw_acc += dy * x_hat
+    tl.store(DW_PARTIAL + row_group.to(tl.int64) * N + cols, dw_acc, mask=mask)

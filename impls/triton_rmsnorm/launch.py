@@ -1,8 +1,15 @@
 """Launchers: grids, launch configurations and allocation for the kernels in kernels.py.
 
-On a CUDA device the kernels are autotuned per N over num_warps x num_stages with BLOCK_N pinned
-to next_power_of_2(N). Under the Triton interpreter (TRITON_INTERPRET=1, CPU tensors) autotuning
-cannot time anything, so a fixed configuration is used: the kernel code is the same.
+Two paths, chosen by the hidden size N:
+- N <= SINGLE_TILE_MAX_N: the seed design; one row in one tile (BLOCK_N = next_power_of_2(N)),
+  x read once; the backward walks rows with a private dw accumulator per program.
+- wider rows: the looped kernels; each row walked in WIDE_BLOCK_N chunks (the forward reads x
+  twice, the second time mostly from L2), the backward in two steps (per-row dot product, then
+  column blocks x row groups). No hidden-size cap below 2**31.
+
+On a CUDA device the kernels are autotuned per N over num_warps x num_stages with BLOCK_N pinned.
+Under the Triton interpreter (TRITON_INTERPRET=1, CPU tensors) autotuning cannot time anything,
+so a fixed configuration is used: the kernel code is the same.
 """
 
 from __future__ import annotations
@@ -13,10 +20,14 @@ import os
 import torch
 import triton
 
-from .kernels import rmsnorm_bwd_kernel, rmsnorm_fwd_kernel
+from . import kernels
 
-#: Largest hidden size the single-tile kernels accept: one row lives in registers.
-MAX_N = 65536
+#: Widest row the single-tile kernels take: one row lives in registers.
+SINGLE_TILE_MAX_N = 65536
+#: Chunk width of the looped (wide-row) kernels.
+WIDE_BLOCK_N = 4096
+#: Column indices are int32 inside the kernels.
+MAX_N = 2**31 - 1
 
 NUM_WARPS_CHOICES = (1, 2, 4, 8, 16, 32)
 NUM_STAGES_CHOICES = (1, 2, 4)
@@ -40,13 +51,16 @@ def _configs() -> list[triton.Config]:
 
 
 @functools.cache
-def _tuned_fwd():
-    return triton.autotune(configs=_configs(), key=["N"])(rmsnorm_fwd_kernel)
+def _autotuned(kernel_name: str):
+    return triton.autotune(configs=_configs(), key=["N"])(getattr(kernels, kernel_name))
 
 
-@functools.cache
-def _tuned_bwd():
-    return triton.autotune(configs=_configs(), key=["N"])(rmsnorm_bwd_kernel)
+def _launch(kernel_name: str, grid: tuple[int, ...], *args, **kwargs) -> None:
+    """Autotuned on a GPU; one fixed configuration under the interpreter, which cannot time."""
+    if interpreting():
+        getattr(kernels, kernel_name)[grid](*args, **kwargs, num_warps=4)
+    else:
+        _autotuned(kernel_name)[grid](*args, **kwargs)
 
 
 @functools.cache
@@ -54,23 +68,27 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+def _programs_cap(device: torch.device) -> int:
+    return _INTERPRETER_PROGRAMS if device.type != "cuda" else _sm_count(device.index or 0)
+
+
 def block_size(n: int) -> int:
-    """The tile width for a row of n elements (the whole row, padded to a power of two)."""
+    """The tile width of the single-tile kernels (the whole row, padded to a power of two)."""
     return triton.next_power_of_2(n)
 
 
+def is_wide(n: int) -> bool:
+    return n > SINGLE_TILE_MAX_N
+
+
 def backward_programs(m: int, device: torch.device) -> int:
-    """Programs of the backward launch: one per SM at most, never more than rows."""
-    cap = _INTERPRETER_PROGRAMS if device.type != "cuda" else _sm_count(device.index or 0)
-    return max(1, min(m, cap))
+    """Programs of the single-tile backward: one per SM at most, never more than rows."""
+    return max(1, min(m, _programs_cap(device)))
 
 
 def check_hidden_size(n: int) -> None:
     if n > MAX_N:
-        raise ValueError(
-            f"x: hidden size (last dimension) N={n} exceeds {MAX_N}, the largest row the "
-            "single-tile Triton RMSNorm holds in registers"
-        )
+        raise ValueError(f"x: hidden size (last dimension) N={n} exceeds {MAX_N} (int32 columns)")
 
 
 def _check_runnable(x: torch.Tensor) -> None:
@@ -98,10 +116,10 @@ def rmsnorm_forward(
     if m == 0:
         return y, rstd
     args = (x, weight, y, rstd, x.stride(0), y.stride(0), n, eps, offset)
-    if interpreting():
-        rmsnorm_fwd_kernel[(m,)](*args, BLOCK_N=block_size(n), num_warps=4)
+    if is_wide(n):
+        _launch("rmsnorm_fwd_looped_kernel", (m,), *args, BLOCK_N=WIDE_BLOCK_N)
     else:
-        _tuned_fwd()[(m,)](*args, BLOCK_N=block_size(n))
+        _launch("rmsnorm_fwd_kernel", (m,), *args, BLOCK_N=block_size(n))
     return y, rstd
 
 
@@ -112,23 +130,49 @@ def rmsnorm_backward(
     rstd: torch.Tensor,
     offset: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """dx [M, N] (dtype of x) and dw [N] (dtype of weight), dw summed from fp32 partials."""
+    """dx [M, N] (dtype of x) and dw [N] (dtype of weight), dw summed from fp32 partials.
+
+    Allocates dx, the [programs, N] fp32 partials (programs <= SM count) and, for wide rows, one
+    fp32 per row; nothing else.
+    """
     _check_runnable(x)
     m, n = x.shape
     dx = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
         return dx, torch.zeros_like(weight)
-    programs = backward_programs(m, x.device)
-    rows_per_program = triton.cdiv(m, programs)
-    programs = triton.cdiv(m, rows_per_program)  # no program without rows
-    dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
-    args = (
-        x, weight, dy, rstd, dx, dw_partial,
-        x.stride(0), dy.stride(0), dx.stride(0), m, n, rows_per_program, offset,
-    )  # fmt: skip
-    if interpreting():
-        rmsnorm_bwd_kernel[(programs,)](*args, BLOCK_N=block_size(n), num_warps=4)
+    if is_wide(n):
+        dw_partial = _backward_wide(dy, x, weight, rstd, offset, dx)
     else:
-        _tuned_bwd()[(programs,)](*args, BLOCK_N=block_size(n))
-    dw = dw_partial.sum(dim=0).to(weight.dtype)
-    return dx, dw
+        programs = backward_programs(m, x.device)
+        rows_per_program = triton.cdiv(m, programs)
+        programs = triton.cdiv(m, rows_per_program)  # no program without rows
+        dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
+        _launch(
+            "rmsnorm_bwd_kernel", (programs,),
+            x, weight, dy, rstd, dx, dw_partial,
+            x.stride(0), dy.stride(0), dx.stride(0), m, n, rows_per_program, offset,
+            BLOCK_N=block_size(n),
+        )  # fmt: skip
+    return dx, dw_partial.sum(dim=0).to(weight.dtype)
+
+
+def _backward_wide(dy, x, weight, rstd, offset, dx) -> torch.Tensor:
+    m, n = x.shape
+    mean_gx = torch.empty((m,), dtype=torch.float32, device=x.device)
+    _launch(
+        "rmsnorm_bwd_row_dot_kernel", (m,),
+        x, weight, dy, rstd, mean_gx, x.stride(0), dy.stride(0), n, offset,
+        BLOCK_N=WIDE_BLOCK_N,
+    )  # fmt: skip
+    col_blocks = triton.cdiv(n, WIDE_BLOCK_N)
+    row_groups = max(1, min(m, _programs_cap(x.device) // col_blocks))
+    rows_per_group = triton.cdiv(m, row_groups)
+    row_groups = triton.cdiv(m, rows_per_group)
+    dw_partial = torch.empty((row_groups, n), dtype=torch.float32, device=x.device)
+    _launch(
+        "rmsnorm_bwd_columns_kernel", (col_blocks, row_groups),
+        x, weight, dy, rstd, mean_gx, dx, dw_partial,
+        x.stride(0), dy.stride(0), dx.stride(0), m, n, rows_per_group, offset,
+        BLOCK_N=WIDE_BLOCK_N,
+    )  # fmt: skip
+    return dw_partial
