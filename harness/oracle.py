@@ -122,6 +122,46 @@ def reference(
     return Reference(y.detach(), dx, dw)
 
 
+@dataclass(frozen=True)
+class ResidualReference:
+    h: torch.Tensor  # x + r, correctly rounded to x's dtype (then upcast)
+    y: torch.Tensor
+    dx: torch.Tensor | None  # also the residual's gradient
+    dw: torch.Tensor | None
+
+
+#: h = x + r rounded once is exact to the last bit: the only bound is the accumulation term.
+RESIDUAL_SUM_TOLERANCE = Tolerance(
+    0, 0, "x + r rounded once to storage is the correctly rounded sum"
+)
+
+
+def reference_residual(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    dy: torch.Tensor | None = None,
+    dh: torch.Tensor | None = None,
+    *,
+    offset: float = 0.0,
+    normalized: torch.Tensor | None = None,
+) -> ResidualReference:
+    """Pre-norm residual add: h = round(x + r), y = RMSNorm(h); dx = dr = dL/dh + dh.
+
+    ``normalized`` (optional) is the h a backend returned: y, dx and dw are then the oracle's
+    for that h, so they are judged apart from h's own rounding (checked against ``.h``).
+    """
+    h = (x.to(torch.float64) + residual.to(torch.float64)).to(x.dtype)
+    ref = reference(h if normalized is None else normalized, weight, eps, dy, offset=offset)
+    compute = ref.y.dtype
+    h_up = h.to(compute)
+    if dy is None:
+        return ResidualReference(h_up, ref.y, None, None)
+    dx = ref.dx if dh is None else ref.dx + dh.to(compute)
+    return ResidualReference(h_up, ref.y, dx, ref.dw)
+
+
 def ulp(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Spacing of ``dtype`` at each |value| (float64), subnormal spacing below the normal range."""
     mantissa = _MANTISSA_BITS[dtype]

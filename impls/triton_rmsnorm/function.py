@@ -75,21 +75,33 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
 
 
 class RMSNormFunction(torch.autograd.Function):
-    """Fused RMSNorm with a fused backward; saves x, weight and one fp32 rstd per row."""
+    """Fused RMSNorm with a fused backward; saves the normalized input (x, or h = x + residual),
+    the weight and one fp32 rstd per row."""
 
     @staticmethod
-    def forward(ctx, x, weight, eps, offset, out_dtype):
-        x2d = _rows(x)
-        y2d, rstd = launch.rmsnorm_forward(x2d, weight, float(eps), float(offset), out_dtype)
-        ctx.save_for_backward(x2d, weight, rstd)
+    def forward(ctx, x, weight, residual, eps, offset, out_dtype):
+        residual2d = None if residual is None else _rows(residual)
+        y2d, rstd, h2d = launch.rmsnorm_forward(
+            _rows(x), weight, float(eps), float(offset), out_dtype, residual2d
+        )
+        ctx.save_for_backward(_rows(x) if h2d is None else h2d, weight, rstd)
         ctx.offset = float(offset)
-        return y2d.view(x.shape)
+        ctx.has_residual = residual is not None
+        if h2d is None:
+            return y2d.view(x.shape)
+        ctx.set_materialize_grads(False)  # an unused y or h sends no gradient
+        return y2d.view(x.shape), h2d.view(x.shape)
 
     @staticmethod
-    def backward(ctx, dy):
-        x2d, weight, rstd = ctx.saved_tensors
-        dx2d, dw = launch.rmsnorm_backward(_rows(dy), x2d, weight, rstd, ctx.offset)
-        return dx2d.view(dy.shape), dw, None, None, None
+    def backward(ctx, dy, dh=None):
+        normalized2d, weight, rstd = ctx.saved_tensors
+        if dy is None:
+            dy = torch.zeros_like(normalized2d)
+        dh2d = None if dh is None else _rows(dh)
+        dx2d, dw = launch.rmsnorm_backward(_rows(dy), normalized2d, weight, rstd, ctx.offset, dh2d)
+        dx = dx2d.view(dy.shape)
+        # h = x + r: x and the residual get the same gradient (autograd copies if it must)
+        return dx, dw, dx if ctx.has_residual else None, None, None, None
 
 
 # ---- compiled door: torch.library custom ops ------------------------------------------------------
@@ -97,41 +109,64 @@ class RMSNormFunction(torch.autograd.Function):
 
 @torch.library.custom_op("rmsnorm_bench::rmsnorm_fwd", mutates_args=())
 def _rmsnorm_fwd_op(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, out_dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    y2d, rstd = launch.rmsnorm_forward(_rows(x), weight, eps, offset, out_dtype)
-    return y2d.view(x.shape), rstd
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    residual: torch.Tensor | None,
+    eps: float,
+    offset: float,
+    out_dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(y, rstd, h); h is an empty tensor when there is no residual."""
+    residual2d = None if residual is None else _rows(residual)
+    y2d, rstd, h2d = launch.rmsnorm_forward(_rows(x), weight, eps, offset, out_dtype, residual2d)
+    h = x.new_empty(0) if h2d is None else h2d.view(x.shape)
+    return y2d.view(x.shape), rstd, h
 
 
 @_rmsnorm_fwd_op.register_fake
-def _(x, weight, eps, offset, out_dtype):
+def _(x, weight, residual, eps, offset, out_dtype):
     rows = x.numel() // x.shape[-1]
-    return x.new_empty(x.shape, dtype=out_dtype), x.new_empty((rows,), dtype=torch.float32)
+    h = (
+        x.new_empty(0)
+        if residual is None
+        else torch.empty_like(x, memory_format=torch.contiguous_format)
+    )
+    return x.new_empty(x.shape, dtype=out_dtype), x.new_empty((rows,), dtype=torch.float32), h
 
 
 @torch.library.custom_op("rmsnorm_bench::rmsnorm_bwd", mutates_args=())
 def _rmsnorm_bwd_op(
-    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor, offset: float
+    dy: torch.Tensor,
+    normalized: torch.Tensor,
+    weight: torch.Tensor,
+    rstd: torch.Tensor,
+    offset: float,
+    dh_out: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    dx2d, dw = launch.rmsnorm_backward(_rows(dy), _rows(x), weight, rstd, offset)
-    return dx2d.view(x.shape), dw
+    dh2d = None if dh_out is None else _rows(dh_out)
+    dx2d, dw = launch.rmsnorm_backward(_rows(dy), _rows(normalized), weight, rstd, offset, dh2d)
+    return dx2d.view(normalized.shape), dw
 
 
 @_rmsnorm_bwd_op.register_fake
-def _(dy, x, weight, rstd, offset):
-    return torch.empty_like(x, memory_format=torch.contiguous_format), torch.empty_like(weight)
+def _(dy, normalized, weight, rstd, offset, dh_out):
+    dx = torch.empty_like(normalized, memory_format=torch.contiguous_format)
+    return dx, torch.empty_like(weight)
 
 
 def _setup_context(ctx, inputs, output):
-    x, weight, _eps, offset, _out_dtype = inputs
-    ctx.save_for_backward(x, weight, output[1])
+    x, weight, residual, _eps, offset, _out_dtype = inputs
+    _y, rstd, h = output
+    ctx.has_residual = residual is not None
+    ctx.save_for_backward(h if ctx.has_residual else x, weight, rstd)
     ctx.offset = offset
 
 
-def _backward(ctx, dy, _drstd):
-    x, weight, rstd = ctx.saved_tensors
-    dx, dw = _rmsnorm_bwd_op(dy, x, weight, rstd, ctx.offset)
-    return dx, dw, None, None, None
+def _backward(ctx, dy, _drstd, dh):
+    normalized, weight, rstd = ctx.saved_tensors
+    dh_out = dh if ctx.has_residual else None
+    dx, dw = _rmsnorm_bwd_op(dy, normalized, weight, rstd, ctx.offset, dh_out)
+    return dx, dw, dx if ctx.has_residual else None, None, None, None
 
 
 _rmsnorm_fwd_op.register_autograd(_backward, setup_context=_setup_context)
@@ -145,9 +180,10 @@ def rmsnorm(
     weight: torch.Tensor,
     eps: float = 1e-6,
     *,
+    residual: torch.Tensor | None = None,
     offset: float = 0.0,
     out_dtype: torch.dtype | None = None,
-) -> torch.Tensor:
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """RMSNorm over the last dimension: x / sqrt(mean(x^2) + eps) * (offset + weight).
 
     x: [..., N] in fp16, bf16 or fp32; rows may be strided (a slice of a wider tensor), the last
@@ -155,9 +191,29 @@ def rmsnorm(
     fp32 (e.g. an fp32 weight on bf16 activations). offset: 0 (Llama) or 1 (Gemma's 1 + w).
     out_dtype: the output dtype, default x's. Differentiable in x and weight; dx comes back in x's
     dtype, dw in weight's. Statistics in fp32; the output is rounded once.
+
+    residual: pre-norm residual add. With r of x's shape and dtype, returns (y, h) where
+    h = x + r (rounded once to x's dtype, the new residual stream) and y = RMSNorm(h); x and r
+    are read once, y and h written once, and the backward carries h's gradient to x and r.
     """
     validate_inputs(x, weight, eps, offset, out_dtype)
+    if residual is not None:
+        _validate_residual(x, residual)
     out_dtype = out_dtype or x.dtype
     if torch.compiler.is_compiling():
-        return _rmsnorm_fwd_op(x, weight, float(eps), float(offset), out_dtype)[0]
-    return RMSNormFunction.apply(x, weight, eps, offset, out_dtype)
+        y, _rstd, h = _rmsnorm_fwd_op(x, weight, residual, float(eps), float(offset), out_dtype)
+        return y if residual is None else (y, h)
+    return RMSNormFunction.apply(x, weight, residual, eps, offset, out_dtype)
+
+
+def _validate_residual(x: torch.Tensor, residual: torch.Tensor) -> None:
+    if not isinstance(residual, torch.Tensor):
+        raise TypeError(f"residual: expected a torch.Tensor or None, got {type(residual).__name__}")
+    if residual.shape != x.shape:
+        raise ValueError(
+            f"residual: expected x's shape {tuple(x.shape)}, got {tuple(residual.shape)}"
+        )
+    if residual.dtype != x.dtype:
+        raise TypeError(f"residual: dtype {residual.dtype} must match x's dtype {x.dtype}")
+    if residual.device != x.device:
+        raise ValueError(f"residual: on {residual.device} but x is on {x.device}")

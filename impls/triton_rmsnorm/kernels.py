@@ -6,6 +6,11 @@ offset is 0 for Llama-style RMSNorm and 1 for Gemma's. x, w and y may each be fp
 independently. Every reduction and product runs in fp32: values are upcast on load and rounded
 once, at the final store.
 
+With HAS_RESIDUAL (pre-norm residual add), the forward first forms h = x + r, rounds it once to
+the storage dtype and writes it (the new residual stream), then normalizes that h, exactly as
+the unfused code would. The backward then reads h in place of x, and with HAS_DH_OUT adds the
+gradient arriving on h to dx (which is also the residual's gradient).
+
 The single-tile kernels hold one row in one tile (BLOCK_N = next_power_of_2(N) elements in
 registers) and serve N <= launch.SINGLE_TILE_MAX_N; the looped kernels at the end of this file
 serve wider rows. Row offsets are computed in int64, so M * N may exceed 2**31; column indices
@@ -22,19 +27,30 @@ def rmsnorm_fwd_kernel(
     W,  # [N] weight
     Y,  # [M, N] output, contiguous, in the caller's output dtype
     RSTD,  # [M] fp32: 1 / sqrt(mean(x^2) + eps), saved for the backward
+    R,  # [M, N] residual (HAS_RESIDUAL only)
+    H,  # [M, N] output h = x + r, dtype of X (HAS_RESIDUAL only)
     stride_x_row,
     stride_y_row,
+    stride_r_row,
+    stride_h_row,
     N,
     eps,
     offset,  # added to the weight: 0.0, or 1.0 for Gemma
     BLOCK_N: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
 ):
-    """One program per row: read x once, write y once, write one fp32 rstd."""
+    """One program per row: read x (and r) once, write y (and h) once, write one fp32 rstd."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
 
-    x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        r = tl.load(R + row * stride_r_row + cols, mask=mask, other=0.0)
+        h = (x.to(tl.float32) + r.to(tl.float32)).to(H.dtype.element_ty)
+        tl.store(H + row * stride_h_row + cols, h, mask=mask)
+        x = h
+    x = x.to(tl.float32)
     mean_sq = tl.sum(x * x, axis=0) / N
     rstd = 1.0 / tl.sqrt_rn(mean_sq + eps)
     w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
@@ -52,14 +68,17 @@ def rmsnorm_bwd_kernel(
     RSTD,  # [M] fp32, from the forward
     DX,  # [M, N] output gradient, dtype of X
     DW_PARTIAL,  # [programs, N] fp32: this program's share of dw
+    DH_OUT,  # [M, N] gradient arriving on the residual output h (HAS_DH_OUT only)
     stride_x_row,
     stride_dy_row,
     stride_dx_row,
+    stride_dh_row,
     M,
     N,
     rows_per_program,
     offset,
     BLOCK_N: tl.constexpr,
+    HAS_DH_OUT: tl.constexpr,
 ):
     """Each program walks a contiguous chunk of rows and owns one fp32 dw accumulator.
 
@@ -88,6 +107,8 @@ def rmsnorm_bwd_kernel(
         g = w * dy
         mean_gx = tl.sum(g * x_hat, axis=0) / N
         dx = (g - x_hat * mean_gx) * rstd
+        if HAS_DH_OUT:
+            dx += tl.load(DH_OUT + row * stride_dh_row + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(DX + row * stride_dx_row + cols, dx.to(DX.dtype.element_ty), mask=mask)
 
         dw_acc += dy * x_hat
@@ -100,13 +121,14 @@ def rmsnorm_bwd_kernel(
 
 @triton.jit
 def rmsnorm_fwd_looped_kernel(
-    X, W, Y, RSTD,
-    stride_x_row, stride_y_row, N, eps, offset,
-    BLOCK_N: tl.constexpr,
+    X, W, Y, RSTD, R, H,
+    stride_x_row, stride_y_row, stride_r_row, stride_h_row, N, eps, offset,
+    BLOCK_N: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
 ):  # fmt: skip
     """One program per row, the row walked in BLOCK_N chunks twice: sum of squares, then y.
 
-    The second pass re-reads x; for rows of a few hundred KB it is mostly served by L2.
+    The second pass re-reads x (h with a residual, as written by the first pass); for rows of a
+    few hundred KB it is mostly served by L2.
     """
     row = tl.program_id(0).to(tl.int64)
     x_row = X + row * stride_x_row
@@ -114,9 +136,17 @@ def rmsnorm_fwd_looped_kernel(
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_row + cols, mask=cols < N, other=0.0).to(tl.float32)
+        x = tl.load(x_row + cols, mask=cols < N, other=0.0)
+        if HAS_RESIDUAL:
+            r = tl.load(R + row * stride_r_row + cols, mask=cols < N, other=0.0)
+            x = (x.to(tl.float32) + r.to(tl.float32)).to(H.dtype.element_ty)
+            tl.store(H + row * stride_h_row + cols, x, mask=cols < N)
+        x = x.to(tl.float32)
         acc += x * x
     rstd = 1.0 / tl.sqrt_rn(tl.sum(acc, axis=0) / N + eps)
+    if HAS_RESIDUAL:
+        x_row = H + row * stride_h_row
+        tl.debug_barrier()  # h written above by other threads of this program
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         mask = cols < N
@@ -148,9 +178,9 @@ def rmsnorm_bwd_row_dot_kernel(
 
 @triton.jit
 def rmsnorm_bwd_columns_kernel(
-    X, W, DY, RSTD, MEAN_GX, DX, DW_PARTIAL,
-    stride_x_row, stride_dy_row, stride_dx_row, M, N, rows_per_program, offset,
-    BLOCK_N: tl.constexpr,
+    X, W, DY, RSTD, MEAN_GX, DX, DW_PARTIAL, DH_OUT,
+    stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, M, N, rows_per_program, offset,
+    BLOCK_N: tl.constexpr, HAS_DH_OUT: tl.constexpr,
 ):  # fmt: skip
     """Wide-row backward, step 2: program (column block, row group) writes dx for its block of
     its rows and owns the fp32 dw accumulator of that block: no atomics, as in the narrow path."""
@@ -169,6 +199,8 @@ def rmsnorm_bwd_columns_kernel(
         mean_gx = tl.load(MEAN_GX + row)
         x_hat = x * rstd
         dx = (w * dy - x_hat * mean_gx) * rstd
+        if HAS_DH_OUT:
+            dx += tl.load(DH_OUT + row * stride_dh_row + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(DX + row * stride_dx_row + cols, dx.to(DX.dtype.element_ty), mask=mask)
         dw_acc += dy * x_hat
     tl.store(DW_PARTIAL + row_group.to(tl.int64) * N + cols, dw_acc, mask=mask)

@@ -105,22 +105,30 @@ def rmsnorm_forward(
     eps: float,
     offset: float = 0.0,
     out_dtype: torch.dtype | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """y (in out_dtype, default x's) and the per-row fp32 rstd for a 2-D x [M, N] whose last
-    dimension is contiguous; rows may be strided."""
+    residual: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(y, rstd, h) for a 2-D x [M, N] whose last dimension is contiguous (rows may be strided).
+
+    y is in out_dtype (default x's), rstd one fp32 per row. With a residual r [M, N],
+    h = x + r (x's dtype) is written too and y normalizes h; else h is None.
+    """
     _check_runnable(x)
     m, n = x.shape
     check_hidden_size(n)
     y = torch.empty((m, n), dtype=out_dtype or x.dtype, device=x.device)
     rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
+    h = None if residual is None else torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
-        return y, rstd
-    args = (x, weight, y, rstd, x.stride(0), y.stride(0), n, eps, offset)
-    if is_wide(n):
-        _launch("rmsnorm_fwd_looped_kernel", (m,), *args, BLOCK_N=WIDE_BLOCK_N)
-    else:
-        _launch("rmsnorm_fwd_kernel", (m,), *args, BLOCK_N=block_size(n))
-    return y, rstd
+        return y, rstd, h
+    r_arg, h_arg = (x, x) if residual is None else (residual, h)
+    args = (
+        x, weight, y, rstd, r_arg, h_arg,
+        x.stride(0), y.stride(0), r_arg.stride(0), h_arg.stride(0), n, eps, offset,
+    )  # fmt: skip
+    name, block = ("rmsnorm_fwd_looped_kernel", WIDE_BLOCK_N) if is_wide(n) else (
+        "rmsnorm_fwd_kernel", block_size(n))  # fmt: skip
+    _launch(name, (m,), *args, BLOCK_N=block, HAS_RESIDUAL=residual is not None)
+    return y, rstd, h
 
 
 def rmsnorm_backward(
@@ -129,8 +137,12 @@ def rmsnorm_backward(
     weight: torch.Tensor,
     rstd: torch.Tensor,
     offset: float = 0.0,
+    dh_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """dx [M, N] (dtype of x) and dw [N] (dtype of weight), dw summed from fp32 partials.
+
+    x is the normalized input (h, with a residual). dh_out, the gradient arriving on h, is
+    added to dx, which is then also the residual's gradient.
 
     Allocates dx, the [programs, N] fp32 partials (programs <= SM count) and, for wide rows, one
     fp32 per row; nothing else.
@@ -140,8 +152,9 @@ def rmsnorm_backward(
     dx = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
         return dx, torch.zeros_like(weight)
+    dh_arg = dy if dh_out is None else dh_out
     if is_wide(n):
-        dw_partial = _backward_wide(dy, x, weight, rstd, offset, dx)
+        dw_partial = _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, dh_out is not None)
     else:
         programs = backward_programs(m, x.device)
         rows_per_program = triton.cdiv(m, programs)
@@ -149,14 +162,14 @@ def rmsnorm_backward(
         dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
         _launch(
             "rmsnorm_bwd_kernel", (programs,),
-            x, weight, dy, rstd, dx, dw_partial,
-            x.stride(0), dy.stride(0), dx.stride(0), m, n, rows_per_program, offset,
-            BLOCK_N=block_size(n),
+            x, weight, dy, rstd, dx, dw_partial, dh_arg,
+            x.stride(0), dy.stride(0), dx.stride(0), dh_arg.stride(0), m, n, rows_per_program,
+            offset, BLOCK_N=block_size(n), HAS_DH_OUT=dh_out is not None,
         )  # fmt: skip
     return dx, dw_partial.sum(dim=0).to(weight.dtype)
 
 
-def _backward_wide(dy, x, weight, rstd, offset, dx) -> torch.Tensor:
+def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) -> torch.Tensor:
     m, n = x.shape
     mean_gx = torch.empty((m,), dtype=torch.float32, device=x.device)
     _launch(
@@ -171,8 +184,8 @@ def _backward_wide(dy, x, weight, rstd, offset, dx) -> torch.Tensor:
     dw_partial = torch.empty((row_groups, n), dtype=torch.float32, device=x.device)
     _launch(
         "rmsnorm_bwd_columns_kernel", (col_blocks, row_groups),
-        x, weight, dy, rstd, mean_gx, dx, dw_partial,
-        x.stride(0), dy.stride(0), dx.stride(0), m, n, rows_per_group, offset,
-        BLOCK_N=WIDE_BLOCK_N,
+        x, weight, dy, rstd, mean_gx, dx, dw_partial, dh_arg,
+        x.stride(0), dy.stride(0), dx.stride(0), dh_arg.stride(0), m, n, rows_per_group, offset,
+        BLOCK_N=WIDE_BLOCK_N, HAS_DH_OUT=has_dh_out,
     )  # fmt: skip
     return dw_partial

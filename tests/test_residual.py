@@ -1,0 +1,101 @@
+"""Fused pre-norm residual add: rmsnorm(x, w, residual=r) -> (y, h = x + r)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.inputs import make_inputs
+from harness.oracle import (
+    RESIDUAL_SUM_TOLERANCE,
+    TOLERANCES,
+    Tolerance,
+    compare,
+    reference_residual,
+)
+from impls.triton_rmsnorm import rmsnorm
+from impls.triton_rmsnorm.launch import SINGLE_TILE_MAX_N
+from tests.cases import DTYPE_NAMES
+from tests.conftest import DEVICE, ON_GPU
+
+TOL = TOLERANCES["fused_fp32"]
+
+#: Triton's CPU interpreter converts fp32 to bf16 by truncation (triton/runtime/interpreter.py);
+#: the GPU rounds to nearest even. So on the interpreter a bf16 h may sit 1 ulp toward zero.
+INTERPRETER_BF16_SUM = Tolerance(1, 0, "the Triton interpreter truncates fp32 -> bf16")
+
+
+def _sum_tolerance(dtype: torch.dtype) -> Tolerance:
+    return (
+        INTERPRETER_BF16_SUM if dtype == torch.bfloat16 and not ON_GPU else RESIDUAL_SUM_TOLERANCE
+    )
+
+
+def _run(x, r, w, dy, dh, eps, fn=rmsnorm):
+    leaves = [t.detach().requires_grad_(True) for t in (x, r, w)]
+    y, h = fn(leaves[0], leaves[2], eps, residual=leaves[1])
+    grads = torch.autograd.grad((y, h), leaves, (dy, dh))
+    return y, h, grads
+
+
+def _check(shape, dtype, fn=rmsnorm):
+    a = make_inputs(shape, dtype, DEVICE)
+    b = make_inputs(shape, dtype, DEVICE)
+    x, r, w, dy, dh, eps = a.x, b.x, a.weight, a.dy, b.dy, a.eps
+    y, h, (dx, dr, dw) = _run(x, r, w, dy, dh, eps, fn)
+    ref = reference_residual(x, r, w, eps, dy, dh, normalized=h.detach())
+    n, m = shape[-1], x.numel() // shape[-1]
+    checks = [("h", h, ref.h, _sum_tolerance(dtype), n), ("y", y, ref.y, TOL["y"], n),
+              ("dx", dx, ref.dx, TOL["dx"], n), ("dr", dr, ref.dx, TOL["dx"], n),
+              ("dw", dw, ref.dw, TOL["dw"], m)]  # fmt: skip
+    for name, got, want, tol, k in checks:
+        report = compare(name, got, want, dtype, tol, k)
+        assert report.passed, report.summary()
+
+
+@pytest.mark.parametrize(
+    "shape, dtype",
+    [((64, 1024), torch.bfloat16), ((33, 4095), torch.float16), ((2, 9, 768), torch.float32),
+     ((3, SINGLE_TILE_MAX_N + 5), torch.bfloat16)],
+    ids=lambda v: DTYPE_NAMES.get(v) or "x".join(map(str, v)),
+)  # fmt: skip
+def test_residual_add_matches_the_oracle(shape, dtype):
+    _check(shape, dtype)
+
+
+def test_residual_add_under_torch_compile_fullgraph():
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x, w, eps, residual: rmsnorm(x, w, eps, residual=residual),
+                             fullgraph=True)  # fmt: skip
+    _check((32, 512), torch.float32, fn=compiled)
+
+
+@pytest.mark.parametrize("used", ["y-only", "h-only"])
+def test_one_output_unused(used):
+    """Gradient through only one of (y, h): the other sends none, and the result is still exact."""
+    a = make_inputs((16, 640), torch.bfloat16, DEVICE)
+    r = make_inputs((16, 640), torch.bfloat16, DEVICE).x
+    x_leaf, r_leaf = a.x.detach().requires_grad_(True), r.detach().requires_grad_(True)
+    y, h = rmsnorm(x_leaf, a.weight, a.eps, residual=r_leaf)
+    out, grad_out = (y, a.dy) if used == "y-only" else (h, a.dy)
+    dx, dr = torch.autograd.grad(out, (x_leaf, r_leaf), grad_out)
+    if used == "h-only":
+        assert torch.equal(dx, a.dy) and torch.equal(dr, a.dy)
+    else:
+        ref = reference_residual(a.x, r, a.weight, a.eps, a.dy, normalized=h.detach())
+        assert compare("dx", dx, ref.dx, torch.bfloat16, TOL["dx"], 640).passed
+        assert torch.equal(dx, dr)
+
+
+@pytest.mark.parametrize(
+    "make_residual, error, match",
+    [(lambda x: x[:, :-1], ValueError, "residual: expected x's shape"),
+     (lambda x: x.float(), TypeError, "residual: dtype torch.float32 must match"),
+     (lambda x: x.tolist(), TypeError, "residual: expected a torch.Tensor")],
+    ids=["shape", "dtype", "type"],
+)  # fmt: skip
+def test_bad_residual_names_the_argument(make_residual, error, match):
+    x = torch.randn(4, 256, device=DEVICE, dtype=torch.bfloat16)
+    w = torch.ones(256, device=DEVICE, dtype=torch.bfloat16)
+    with pytest.raises(error, match=match):
+        rmsnorm(x, w, residual=make_residual(x))
