@@ -7,7 +7,15 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.inputs import Inputs
-from harness.oracle import TOLERANCES, ErrorReport, Reference, compare, reference
+from harness.oracle import (
+    RESIDUAL_SUM_TOLERANCE,
+    TOLERANCES,
+    ErrorReport,
+    Reference,
+    compare,
+    reference,
+    reference_residual,
+)
 from impls import Backend, RMSNormFn
 
 
@@ -84,6 +92,8 @@ def check_backend(
     ``ref`` may carry the oracle for ``inputs`` (with gradients) when several backends are
     checked on the same inputs.
     """
+    if backend.op == "add_rmsnorm":
+        return _check_add_rmsnorm(backend, fn, inputs, backward=backward)
     x_in, w_in = inputs.x, inputs.weight
     do_backward = backward and backend.has_backward
     shape, dtype = tuple(x_in.shape), x_in.dtype
@@ -107,6 +117,49 @@ def check_backend(
             if do_backward:
                 reports.append(compare("dx" + suffix, dx, want_dx, dtype, tolerances["dx"], n))
                 reports.append(compare("dw" + suffix, dw, want_dw, w_in.dtype, tolerances["dw"], m))
+    except Exception as exc:  # a failing backend is a result, never a crash of the run
+        return CheckResult(backend.name, shape, dtype, reports, f"{type(exc).__name__}: {exc}")
+    return CheckResult(backend.name, shape, dtype, reports)
+
+
+def _check_add_rmsnorm(backend: Backend, fn, inputs: Inputs, *, backward: bool) -> CheckResult:
+    """add_rmsnorm: h against round(x + r); y, dx, dr (= dh_total) and dw against the oracle of
+    the h the backend returned; then the same on the mirrored problem, as for rmsnorm."""
+    if inputs.residual is None or inputs.dh is None:
+        raise ValueError(
+            "inputs: add_rmsnorm needs residual and dh (make_inputs(with_residual=True))"
+        )
+    do_backward = backward and backend.has_backward
+    shape, dtype = tuple(inputs.x.shape), inputs.x.dtype
+    tolerances = TOLERANCES[backend.numerics]
+    n = shape[-1]
+    m = inputs.x.numel() // n
+    w_in = inputs.weight
+    calls = [
+        ("", inputs.x, inputs.residual, inputs.dy, inputs.dh),
+        ("#2", _mirror(inputs.x, True), _mirror(inputs.residual, True),
+         _mirror(inputs.dy, False), _mirror(inputs.dh, False)),
+    ]  # fmt: skip
+    reports: list[ErrorReport] = []
+    try:
+        for suffix, x_t, r_t, dy, dh in calls:
+            x = x_t.detach().requires_grad_(do_backward)
+            r = r_t.detach().requires_grad_(do_backward)
+            w = w_in.detach().requires_grad_(do_backward)
+            poison_free_memory(x.device, 4 * x.numel() * x.element_size())
+            y, h = fn(x, r, w, inputs.eps)
+            ref = reference_residual(
+                x_t, r_t, w_in, inputs.eps, dy if do_backward else None,
+                dh if do_backward else None, normalized=h.detach(),
+            )  # fmt: skip
+            reports.append(compare("h" + suffix, h, ref.h, dtype, RESIDUAL_SUM_TOLERANCE, 1))
+            reports.append(compare("y" + suffix, y, ref.y, dtype, tolerances["y"], n))
+            if do_backward:
+                poison_free_memory(x.device, 3 * x.numel() * x.element_size())
+                dx, dr, dw = torch.autograd.grad((y, h), (x, r, w), (dy, dh))
+                reports.append(compare("dx" + suffix, dx, ref.dx, dtype, tolerances["dx"], n))
+                reports.append(compare("dr" + suffix, dr, ref.dx, dtype, tolerances["dx"], n))
+                reports.append(compare("dw" + suffix, dw, ref.dw, w_in.dtype, tolerances["dw"], m))
     except Exception as exc:  # a failing backend is a result, never a crash of the run
         return CheckResult(backend.name, shape, dtype, reports, f"{type(exc).__name__}: {exc}")
     return CheckResult(backend.name, shape, dtype, reports)

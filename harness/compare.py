@@ -26,7 +26,14 @@ def _parser() -> argparse.ArgumentParser:
         "--backends",
         nargs="+",
         metavar="NAME",
-        help="backends to measure (default: all registered)",
+        help="backends to measure (default: all registered backends of --op)",
+    )
+    p.add_argument(
+        "--op",
+        default="rmsnorm",
+        choices=["rmsnorm", "add_rmsnorm", "all"],
+        help="whose backends to measure by default: rmsnorm, add_rmsnorm (pre-norm residual "
+        "add, byte model fwd 4MN, bwd 4MN) or all",
     )
     p.add_argument(
         "--preset",
@@ -91,16 +98,14 @@ def main(argv: list[str] | None = None) -> int:
         provenance, ceiling, rows, path = _measure(args)
         print(_header(provenance, ceiling, stored=None))
         print(f"rows written to {path}")
-    for mode in args.modes:
-        timings = sorted(
-            {r["timing"] for r in rows if r["mode"] == mode}, key=["device", "host", "pytest"].index
-        )
-        for timing in timings:
-            print(f"\n## {mode}, {_timing_name(timing)}\n")
-            print(report.ranking_table(rows, mode, timing))
-            if args.per_shape:
-                print()
-                print(report.per_shape_table(rows, mode, timing))
+    for op in report.ops_in(rows):
+        for mode in args.modes:
+            for timing in report.timings_of(rows, mode):
+                print(f"\n## {op} {mode}, {_timing_name(timing)}\n")
+                print(report.ranking_table(rows, mode, timing, op))
+                if args.per_shape:
+                    print()
+                    print(report.per_shape_table(rows, mode, timing, op))
     if args.plot is not None:
         report.plot(rows, str(args.plot), title=f"RMSNorm on {provenance.get('gpu') or 'CPU'}")
         print(f"\nplot written to {args.plot}")
@@ -142,7 +147,7 @@ def _measure(args):
         ceiling = card_ceiling_gbps()
     timings = args.timing if on_cuda else ["host"]
     config = RunConfig(
-        backends=select_backends(args.backends),
+        backends=select_backends(args.backends, None if args.op == "all" else args.op),
         shapes=config_shapes,
         dtypes=[DTYPES[d] for d in args.dtypes],
         modes=args.modes,
@@ -186,8 +191,8 @@ def _header(provenance: dict, ceiling: dict, stored: str | None) -> str:
     if ceiling.get("ceiling_gbps"):
         lines.append(f"copy ceiling: {ceiling['ceiling_gbps']:.0f} GB/s "
                      f"(2 GiB device copy, read + write counted)")  # fmt: skip
-    lines.append("bandwidth = counted bytes / time; fwd counts 2*M*N elements, bwd 3*M*N: a model, "
-                 "not a DRAM counter")  # fmt: skip
+    lines.append("bandwidth = counted bytes / time; rmsnorm fwd counts 2*M*N elements, bwd 3*M*N; "
+                 "add_rmsnorm 4*M*N each: a model, not a DRAM counter")  # fmt: skip
     if stored:
         lines.append(f"from {stored}")
     return "\n".join(lines)

@@ -25,6 +25,8 @@ class Inputs:
     weight: torch.Tensor
     dy: torch.Tensor
     eps: float
+    residual: torch.Tensor | None = None  # add_rmsnorm only
+    dh: torch.Tensor | None = None  # gradient arriving on h = x + residual (add_rmsnorm only)
 
 
 def make_inputs(
@@ -34,8 +36,10 @@ def make_inputs(
     *,
     eps: float = DEFAULT_EPS,
     seed: int | None = None,
+    with_residual: bool = False,
 ) -> Inputs:
-    """x [..., N] with rows at varied scales, weight [N] around 1, dy [..., N] standard normal.
+    """x [..., N] with rows at varied scales, weight [N] around 1, dy [..., N] standard normal;
+    with_residual adds a residual (like x) and dh (like dy) for add_rmsnorm.
 
     Drawn on the CPU (so no CUDA RNG state is touched, which a failed graph capture can leave
     broken) and moved to ``device``.
@@ -48,9 +52,14 @@ def make_inputs(
     x = torch.randn(*shape, generator=gen) * row_scale
     weight = 1.0 + 0.5 * torch.randn(n, generator=gen)
     dy = torch.randn(*shape, generator=gen)
+    extra = {}
+    if with_residual:
+        extra["residual"] = (torch.randn(*shape, generator=gen) * row_scale).to(device, dtype)
+        extra["dh"] = torch.randn(*shape, generator=gen).to(device, dtype)
     return Inputs(
         x=x.to(device=device, dtype=dtype),
         weight=weight.to(device=device, dtype=dtype),
         dy=dy.to(device=device, dtype=dtype),
         eps=eps,
+        **extra,
     )

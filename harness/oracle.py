@@ -130,9 +130,10 @@ class ResidualReference:
     dw: torch.Tensor | None
 
 
-#: h = x + r rounded once is exact to the last bit: the only bound is the accumulation term.
+#: h = x + r rounded once: like y, within 1 ulp of the correctly rounded value (round to nearest
+#: makes it exact on a GPU; Triton's CPU interpreter truncates fp32 -> bf16, 1 ulp toward zero).
 RESIDUAL_SUM_TOLERANCE = Tolerance(
-    0, 0, "x + r rounded once to storage is the correctly rounded sum"
+    1, 0, "x + r rounded once to storage: within 1 ulp of the correctly rounded sum"
 )
 
 

@@ -27,12 +27,28 @@ def _median(values: list[float]) -> float | None:
     return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
 
 
-def ranking(rows: list[dict], mode: str, timing: str) -> list[dict]:
-    """One entry per backend for this (mode, timing), best first."""
-    chosen = [r for r in rows if r["mode"] == mode and r["timing"] == timing]
+#: The baseline of each op's "x eager" column.
+EAGER_BASELINE = {"rmsnorm": "eager", "add_rmsnorm": "eager-add"}
+
+
+def op_of(row: dict) -> str:
+    return row.get("op", "rmsnorm")  # files from before add_rmsnorm have no op field
+
+
+def ops_in(rows: list[dict]) -> list[str]:
+    return sorted({op_of(r) for r in rows}, key=list(EAGER_BASELINE).index)
+
+
+def _select(rows: list[dict], mode: str, timing: str, op: str) -> list[dict]:
+    return [r for r in rows if r["mode"] == mode and r["timing"] == timing and op_of(r) == op]
+
+
+def ranking(rows: list[dict], mode: str, timing: str, op: str = "rmsnorm") -> list[dict]:
+    """One entry per backend of ``op`` for this (mode, timing), best first."""
+    chosen = _select(rows, mode, timing, op)
     cases = sorted({(r["shape"], r["dtype"]) for r in chosen})
     eager_ms = {(r["shape"], r["dtype"]): r["ms"] for r in chosen
-                if r["backend"] == "eager" and r["status"] == "ok"}  # fmt: skip
+                if r["backend"] == EAGER_BASELINE[op] and r["status"] == "ok"}  # fmt: skip
     by_backend: dict[str, list[dict]] = defaultdict(list)
     for r in chosen:
         by_backend[r["backend"]].append(r)
@@ -76,8 +92,8 @@ def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def ranking_table(rows: list[dict], mode: str, timing: str) -> str:
-    entries = ranking(rows, mode, timing)
+def ranking_table(rows: list[dict], mode: str, timing: str, op: str = "rmsnorm") -> str:
+    entries = ranking(rows, mode, timing, op)
     table = [
         [e["rank"], e["backend"], e["cases"], _fmt(e["median_gbps"], ".0f"),
          _fmt(e["geomean_gbps"], ".0f"), _fmt(e["geomean_pct_ceiling"], ".1f"),
@@ -92,9 +108,9 @@ def ranking_table(rows: list[dict], mode: str, timing: str) -> str:
     return text + ("\nnot measured:\n" + "\n".join(notes) if notes else "")
 
 
-def per_shape_table(rows: list[dict], mode: str, timing: str) -> str:
+def per_shape_table(rows: list[dict], mode: str, timing: str, op: str = "rmsnorm") -> str:
     """GB/s of every backend at every (shape, dtype); the status where it did not run."""
-    chosen = [r for r in rows if r["mode"] == mode and r["timing"] == timing]
+    chosen = _select(rows, mode, timing, op)
     backends = list(dict.fromkeys(r["backend"] for r in chosen))
     cases = sorted({(r["m"], r["n"], r["dtype"]) for r in chosen}, key=lambda c: (c[2], c[1], c[0]))
     cell = {(r["backend"], r["m"], r["n"], r["dtype"]): r for r in chosen}
@@ -117,8 +133,8 @@ def per_shape_table(rows: list[dict], mode: str, timing: str) -> str:
     return tabulate(table, headers=["shape", "dtype", *backends, "copy floor"], tablefmt="github")
 
 
-def plot(rows: list[dict], path: str, title: str = "") -> None:
-    """Bandwidth against M*N per backend: one panel per (mode, timing)."""
+def plot(rows: list[dict], path: str, title: str = "", op: str = "rmsnorm") -> None:
+    """Bandwidth of ``op`` against M*N per backend: one panel per (mode, timing)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -127,9 +143,7 @@ def plot(rows: list[dict], path: str, title: str = "") -> None:
     panels = [(m, t) for m in ("fwd", "bwd") for t in ("device", "host")]
     fig, axes = plt.subplots(2, 2, figsize=(13, 9), sharex=True)
     for ax, (mode, timing) in zip(axes.flat, panels, strict=True):
-        chosen = [
-            r for r in rows if r["mode"] == mode and r["timing"] == timing and r["status"] == "ok"
-        ]
+        chosen = [r for r in _select(rows, mode, timing, op) if r["status"] == "ok"]
         for backend in dict.fromkeys(r["backend"] for r in chosen):
             points = defaultdict(list)
             for r in chosen:
@@ -189,8 +203,8 @@ def markdown_page(
         )
     lines += [
         "",
-        "GB/s = counted bytes / time, where fwd counts 2·M·N elements and bwd 3·M·N: a model of "
-        "the traffic the op must move, not a DRAM counter. `device` = CUDA-graph replay over "
+        "GB/s = counted bytes / time, where rmsnorm fwd counts 2·M·N elements and bwd 3·M·N "
+        "(add_rmsnorm: 4·M·N each): a model of the traffic the op must move, not a DRAM counter. `device` = CUDA-graph replay over "
         "rotating inputs (> 3x L2); `host` = triton do_bench median (host overhead included). "
         "`% ceiling` is the geomean of per-shape bandwidth over the copy ceiling; `x eager` the "
         "geomean speedup over eager PyTorch on the same shapes. `worst ulps` is the largest error "
@@ -200,14 +214,16 @@ def markdown_page(
     ]
     if plot_path:
         lines += [f"![bandwidth]({plot_path})", ""]
-    for mode in ("fwd", "bwd"):
-        timings = sorted({r["timing"] for r in rows if r["mode"] == mode},
-                         key=["device", "host", "pytest"].index)  # fmt: skip
-        for timing in timings:
-            lines += [f"## {mode}, {timing} timing", "", ranking_table(rows, mode, timing), ""]
+    sections = [(op, mode, timing) for op in ops_in(rows) for mode in ("fwd", "bwd")
+                for timing in timings_of(rows, mode)]  # fmt: skip
+    for op, mode, timing in sections:
+        lines += [f"## {op} {mode}, {timing} timing", "", ranking_table(rows, mode, timing, op), ""]
     lines += ["## Per shape (GB/s)", ""]
-    for mode in ("fwd", "bwd"):
-        for timing in sorted({r["timing"] for r in rows if r["mode"] == mode},
-                             key=["device", "host", "pytest"].index):  # fmt: skip
-            lines += [f"### {mode}, {timing}", "", per_shape_table(rows, mode, timing), ""]
+    for op, mode, timing in sections:
+        lines += [f"### {op} {mode}, {timing}", "", per_shape_table(rows, mode, timing, op), ""]
     return "\n".join(lines)
+
+
+def timings_of(rows: list[dict], mode: str) -> list[str]:
+    order = ["device", "host", "pytest"]
+    return sorted({r["timing"] for r in rows if r["mode"] == mode}, key=order.index)

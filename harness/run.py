@@ -51,7 +51,9 @@ def _error_text(exc: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
-def _sets(shape: tuple[int, int], dtype: torch.dtype, eps: float) -> list[Inputs]:
+def _sets(
+    shape: tuple[int, int], dtype: torch.dtype, eps: float, with_residual: bool
+) -> list[Inputs]:
     """Input sets for one case: enough distinct ones on CUDA to exceed 3x the L2 per graph."""
     device = "cuda" if _on_cuda() else "cpu"
     count = 1
@@ -62,43 +64,60 @@ def _sets(shape: tuple[int, int], dtype: torch.dtype, eps: float) -> list[Inputs
         count = rotating_sets(
             traffic.counted_bytes("fwd", m, n, torch.empty((), dtype=dtype).element_size())
         )
-    return [make_inputs(shape, dtype, device, eps=eps, seed=1000 + i) for i in range(count)]
+    return [
+        make_inputs(shape, dtype, device, eps=eps, seed=1000 + i, with_residual=with_residual)
+        for i in range(count)
+    ]
 
 
 def _leaf(t: torch.Tensor) -> torch.Tensor:
     return t.detach().requires_grad_(True)
 
 
+def _forward_calls(backend: Backend, fn, sets: list[Inputs]) -> tuple[list, list]:
+    """One zero-argument forward call per input set, and the leaves each call differentiates."""
+    w = _leaf(sets[0].weight)
+    eps = sets[0].eps
+    calls, leaves = [], []
+    for s in sets:
+        x = _leaf(s.x)
+        if backend.op == "add_rmsnorm":
+            r = _leaf(s.residual)
+            calls.append(lambda x=x, r=r: fn(x, r, w, eps))
+            leaves.append((x, r, w))
+        else:
+            calls.append(lambda x=x: fn(x, w, eps))
+            leaves.append((x, w))
+    return calls, leaves
+
+
+def _backward_call(backend: Backend, outputs, leaves, s: Inputs):
+    """A zero-argument backward through ``outputs`` (kept: retain_graph), no accumulation."""
+    if backend.op == "add_rmsnorm":
+        return lambda: torch.autograd.grad(outputs, leaves, (s.dy, s.dh), retain_graph=True)
+    return lambda: torch.autograd.grad(outputs, leaves, s.dy, retain_graph=True)
+
+
 def _time_mode(backend: Backend, fn, mode: str, timing: str, sets: list[Inputs]):
     """One timing of one mode; raises on failure (the caller records it)."""
     from harness import timing as timers
 
-    w = _leaf(sets[0].weight)
-    eps = sets[0].eps
-    xs = [_leaf(s.x) for s in sets]
-    if not _on_cuda():
+    forwards, leaves = _forward_calls(backend, fn, sets)
+    if not _on_cuda() or timing == "host":
+        timer = timers.time_host if _on_cuda() else timers.time_cpu
         if mode == "fwd":
-            return timers.time_cpu(lambda: fn(xs[0], w, eps))
-        y = fn(xs[0], w, eps)
-        return timers.time_cpu(
-            lambda: torch.autograd.grad(y, (xs[0], w), sets[0].dy, retain_graph=True)
-        )
-    if timing == "host":
-        if mode == "fwd":
-            return timers.time_host(lambda: fn(xs[0], w, eps))
-        y = fn(xs[0], w, eps)
-        dy = sets[0].dy
-        return timers.time_host(lambda: torch.autograd.grad(y, (xs[0], w), dy, retain_graph=True))
+            return timer(forwards[0])
+        return timer(_backward_call(backend, forwards[0](), leaves[0], sets[0]))
     stream = torch.cuda.Stream()
     if mode == "fwd":
-        calls = [lambda x=x: fn(x, w, eps) for x in xs]
+        calls = forwards
     else:
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):  # autograd replays each backward op on its forward's stream
-            ys = [fn(x, w, eps) for x in xs]
+            outputs = [forward() for forward in forwards]
         calls = [
-            lambda y=y, x=x, dy=s.dy: torch.autograd.grad(y, (x, w), dy, retain_graph=True)
-            for y, x, s in zip(ys, xs, sets, strict=True)
+            _backward_call(backend, out, leaf, s)
+            for out, leaf, s in zip(outputs, leaves, sets, strict=True)
         ]
     timers.warm_up(calls, stream)
     try:
@@ -126,7 +145,16 @@ def _floor(shape, dtype, timing: str, sets: list[Inputs]) -> float | None:
     return timers.time_device(calls, stream).ms
 
 
-def _oracle_fields(check: CheckResult | None, mode: str) -> dict:
+#: What the oracle judges per (op, mode); each is judged on two calls (the second named "#2").
+_QUANTITIES = {
+    ("rmsnorm", "fwd"): ("y",),
+    ("rmsnorm", "bwd"): ("dx", "dw"),
+    ("add_rmsnorm", "fwd"): ("h", "y"),
+    ("add_rmsnorm", "bwd"): ("dx", "dr", "dw"),
+}
+
+
+def _oracle_fields(check: CheckResult | None, op: str, mode: str) -> dict:
     if check is None:
         return {
             "oracle_passed": None,
@@ -134,11 +162,11 @@ def _oracle_fields(check: CheckResult | None, mode: str) -> dict:
             "oracle_max_ulps": None,
             "oracle_detail": None,
         }
-    wanted = {"fwd": ("y",), "bwd": ("dx", "dw")}[mode]
+    wanted = _QUANTITIES[(op, mode)]
     reports = [r for r in check.reports if r.quantity.split("#")[0] in wanted]
-    if check.error is not None and len(reports) < 2 * len(wanted):
+    if len(reports) < 2 * len(wanted):  # the check raised before judging this mode
         return {"oracle_passed": False, "oracle_bound_use": None, "oracle_max_ulps": None,
-                "oracle_detail": check.error}  # fmt: skip
+                "oracle_detail": check.error or "not checked"}  # fmt: skip
     return {
         "oracle_passed": all(r.passed for r in reports),
         "oracle_bound_use": max(r.bound_use for r in reports),
@@ -161,8 +189,9 @@ def run(
     for shape, dtype in cases:
         m, n = shape
         es = torch.empty((), dtype=dtype).element_size()
+        with_residual = any(b.op == "add_rmsnorm" for b in config.backends)
         try:
-            sets = _sets(shape, dtype, config.eps)
+            sets = _sets(shape, dtype, config.eps, with_residual)
             ref = reference(sets[0].x, sets[0].weight, sets[0].eps, sets[0].dy)
         except Exception as exc:  # out of memory for this shape: record it, go on
             progress(f"  {m}x{n} {DTYPE_NAMES[dtype]}: cannot make inputs: {_error_text(exc)}")
@@ -182,12 +211,12 @@ def run(
                 f"[{done}/{total} {elapsed:5.0f}s] {backend.name} {DTYPE_NAMES[dtype]} {m}x{n}"
             )
             base = {
-                "backend": backend.name, "label": backend.label, "m": m, "n": n,
+                "backend": backend.name, "label": backend.label, "op": backend.op, "m": m, "n": n,
                 "shape": f"{m}x{n}", "dtype": DTYPE_NAMES[dtype],
             }  # fmt: skip
             for row in _backend_rows(backend, shape, dtype, device, sets, ref, floors, config):
                 row = {**base, **row}
-                row["bytes"] = traffic.counted_bytes(row["mode"], m, n, es)
+                row["bytes"] = traffic.counted_bytes(row["mode"], m, n, es, backend.op)
                 _add_bandwidth(row, config.ceiling_gbps, m, n, es)
                 sink(row)
         del sets, ref
@@ -207,7 +236,8 @@ def _backend_rows(backend, shape, dtype, device, sets, ref, floors, config):
     for mode in config.modes:
         for timing in config.timings:
             row = {"mode": mode, "timing": timing, "floor_ms": floors.get(timing)}
-            row.update(_oracle_fields(check, mode))
+            if mode == "fwd" or backend.has_backward:
+                row.update(_oracle_fields(check, backend.op, mode))
             if reason is not None:
                 status, _, why = reason.partition(": ")
                 yield {**row, "status": status, "reason": why}

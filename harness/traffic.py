@@ -1,21 +1,28 @@
 """The byte model: how many bytes RMSNorm must move, and bandwidth from a time.
 
-A model, not a DRAM counter. Forward: read x, write y = 2*M*N elements. Backward: read x, read dy,
-write dx = 3*M*N elements. Weight, rstd and dw partials are O(M + N) and not counted, so a kernel
-that re-reads x or spills is charged nothing extra: it simply shows a lower bandwidth.
+A model, not a DRAM counter. rmsnorm forward: read x, write y = 2*M*N elements; backward: read
+x, read dy, write dx = 3*M*N. add_rmsnorm (h = x + r, y = RMSNorm(h)) forward: read x and r,
+write y and h = 4*M*N; backward: read h, dy and dh, write dx (which is also dr) = 4*M*N.
+Weight, rstd and dw partials are O(M + N) and not counted, so a kernel that re-reads x or spills
+is charged nothing extra: it simply shows a lower bandwidth.
 """
 
 from __future__ import annotations
 
-#: Elements of M*N moved by each mode.
-ELEMENTS_PER_ROW_ELEMENT = {"fwd": 2, "bwd": 3}
+#: M*N-sized tensors each (op, mode) must read or write once.
+TENSORS_MOVED = {
+    ("rmsnorm", "fwd"): 2,
+    ("rmsnorm", "bwd"): 3,
+    ("add_rmsnorm", "fwd"): 4,
+    ("add_rmsnorm", "bwd"): 4,
+}
 
 
-def counted_bytes(mode: str, m: int, n: int, element_size: int) -> int:
-    """Bytes the op must move in ``mode`` ('fwd' or 'bwd') for an [M, N] input."""
-    if mode not in ELEMENTS_PER_ROW_ELEMENT:
-        raise ValueError(f"mode: expected one of {sorted(ELEMENTS_PER_ROW_ELEMENT)}, got {mode!r}")
-    return ELEMENTS_PER_ROW_ELEMENT[mode] * m * n * element_size
+def counted_bytes(mode: str, m: int, n: int, element_size: int, op: str = "rmsnorm") -> int:
+    """Bytes ``op`` must move in ``mode`` ('fwd' or 'bwd') for an [M, N] input."""
+    if (op, mode) not in TENSORS_MOVED:
+        raise ValueError(f"op, mode: expected one of {sorted(TENSORS_MOVED)}, got {(op, mode)!r}")
+    return TENSORS_MOVED[(op, mode)] * m * n * element_size
 
 
 def copy_bytes(m: int, n: int, element_size: int) -> int:

@@ -1,14 +1,17 @@
 """The registry: the one place that knows every RMSNorm backend.
 
 Each backend lives in its own module of this package and defines ``BACKEND``, a frozen
-:class:`Backend`. Adding a backend is one new module plus one line in ``_BACKEND_MODULES``.
+:class:`Backend` (or ``BACKENDS``, a tuple, when one library offers several ops). Adding a
+backend is one new module plus one line in ``_BACKEND_MODULES``.
 
 A backend is described, never run, at import: optional packages (Apex, Liger, QuACK) are imported
 only inside ``unavailable()`` and ``build()``, so a missing package becomes a reason string
 instead of an ImportError.
 
-Callables built by a backend have one signature, ``fn(x, weight, eps) -> y``, and are
-differentiable in ``x`` and ``weight`` (through their own backward kernel or through autograd).
+Two ops are measured, each with one signature for the callables its backends build:
+- ``rmsnorm``: ``fn(x, weight, eps) -> y``, differentiable in x and weight;
+- ``add_rmsnorm`` (pre-norm residual add): ``fn(x, residual, weight, eps) -> (y, h)`` with
+  h = x + residual and y = RMSNorm(h), differentiable in x, residual and weight.
 """
 
 from __future__ import annotations
@@ -20,6 +23,12 @@ from dataclasses import dataclass, field
 import torch
 
 RMSNormFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
+AddRMSNormFn = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]
+]
+
+#: The ops the suite measures; a backend implements exactly one.
+OPS = ("rmsnorm", "add_rmsnorm")
 
 # Module names under impls/, in the order tables list them when times tie.
 _BACKEND_MODULES: tuple[str, ...] = (
@@ -48,8 +57,9 @@ class Backend:
 
     name: short id used on the command line and in result rows.
     label: what tables print.
-    build: returns a fresh ``fn(x, weight, eps) -> y``. Called once per (shape, dtype) case,
+    build: returns a fresh callable of the op's signature. Called once per (shape, dtype) case,
         outside any timed region, so per-shape setup (torch.compile) never enters a timing.
+    op: "rmsnorm" or "add_rmsnorm" (see the module docstring).
     numerics: key into ``harness.oracle.TOLERANCES``: how the backend rounds, which decides
         how far from the true value it may land.
     own_backward: True when the backend brings a backward kernel; False when autograd
@@ -63,9 +73,10 @@ class Backend:
 
     name: str
     label: str
-    build: Callable[[], RMSNormFn]
+    build: Callable[[], RMSNormFn | AddRMSNormFn]
     numerics: str
     own_backward: bool
+    op: str = "rmsnorm"
     has_backward: bool = True
     graph_capturable_backward: bool = True
     unavailable: Callable[[], str | None] = field(default=_always_available)
@@ -92,17 +103,20 @@ def _load_registry() -> dict[str, Backend]:
     if _REGISTRY is None:
         registry: dict[str, Backend] = {}
         for module_name in _BACKEND_MODULES:
-            backend = importlib.import_module(f"{__name__}.{module_name}").BACKEND
-            if backend.name in registry:
-                raise RuntimeError(f"backend name {backend.name!r} registered twice")
-            registry[backend.name] = backend
+            module = importlib.import_module(f"{__name__}.{module_name}")
+            for backend in getattr(module, "BACKENDS", None) or (module.BACKEND,):
+                if backend.name in registry:
+                    raise RuntimeError(f"backend name {backend.name!r} registered twice")
+                if backend.op not in OPS:
+                    raise RuntimeError(f"backend {backend.name!r}: op {backend.op!r} not in {OPS}")
+                registry[backend.name] = backend
         _REGISTRY = registry
     return _REGISTRY
 
 
-def all_backends() -> list[Backend]:
-    """Every registered backend, available here or not."""
-    return list(_load_registry().values())
+def all_backends(op: str | None = "rmsnorm") -> list[Backend]:
+    """Every registered backend of ``op`` (all ops when None), available here or not."""
+    return [b for b in _load_registry().values() if op is None or b.op == op]
 
 
 def backend_names() -> list[str]:
@@ -117,8 +131,8 @@ def get_backend(name: str) -> Backend:
     return registry[name]
 
 
-def select_backends(names: Sequence[str] | None) -> list[Backend]:
-    """The backends named (in that order), or all of them when ``names`` is None."""
+def select_backends(names: Sequence[str] | None, op: str | None = None) -> list[Backend]:
+    """The backends named (in that order), or all backends of ``op`` (all ops: None)."""
     if names is None:
-        return all_backends()
+        return all_backends(op)
     return [get_backend(name) for name in names]

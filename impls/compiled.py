@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from impls import Backend, RMSNormFn
-from impls.eager import rmsnorm_eager
+from impls import Backend
+from impls.eager import add_rmsnorm_eager, rmsnorm_eager
 
 _compiled_graphs = 0
 
@@ -52,11 +52,14 @@ def _allow_repeated_backward() -> None:
         functorch_config.donated_buffer = False
 
 
-def _build() -> RMSNormFn:
-    torch._dynamo.reset()
-    _fail_loudly_on_recompile_limit()
-    _allow_repeated_backward()
-    return torch.compile(rmsnorm_eager, backend=_counting_inductor, dynamic=False, fullgraph=True)
+def _compiled(fn):
+    def build():
+        torch._dynamo.reset()
+        _fail_loudly_on_recompile_limit()
+        _allow_repeated_backward()
+        return torch.compile(fn, backend=_counting_inductor, dynamic=False, fullgraph=True)
+
+    return build
 
 
 def _unavailable() -> str | None:
@@ -65,11 +68,22 @@ def _unavailable() -> str | None:
     return None
 
 
-BACKEND = Backend(
-    name="compile",
-    label="torch.compile(eager)",
-    build=_build,
-    numerics="storage_dtype_chain",
-    own_backward=False,
-    unavailable=_unavailable,
+BACKENDS = (
+    Backend(
+        name="compile",
+        label="torch.compile(eager)",
+        build=_compiled(rmsnorm_eager),
+        numerics="storage_dtype_chain",
+        own_backward=False,
+        unavailable=_unavailable,
+    ),
+    Backend(
+        name="compile-add",
+        label="torch.compile(eager add + RMSNorm)",
+        build=_compiled(add_rmsnorm_eager),
+        numerics="storage_dtype_chain",
+        own_backward=False,
+        op="add_rmsnorm",
+        unavailable=_unavailable,
+    ),
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from impls import Backend, RMSNormFn
+from impls import AddRMSNormFn, Backend, RMSNormFn
 
 
 def rmsnorm_eager(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -14,14 +14,35 @@ def rmsnorm_eager(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Te
     return weight * x
 
 
+def add_rmsnorm_eager(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    hidden = x + residual
+    return rmsnorm_eager(hidden, weight, eps), hidden
+
+
 def _build() -> RMSNormFn:
     return rmsnorm_eager
 
 
-BACKEND = Backend(
-    name="eager",
-    label="PyTorch eager",
-    build=_build,
-    numerics="storage_dtype_chain",
-    own_backward=False,
+def _build_add() -> AddRMSNormFn:
+    return add_rmsnorm_eager
+
+
+BACKENDS = (
+    Backend(
+        name="eager",
+        label="PyTorch eager",
+        build=_build,
+        numerics="storage_dtype_chain",
+        own_backward=False,
+    ),
+    Backend(
+        name="eager-add",
+        label="PyTorch eager add + RMSNorm",
+        build=_build_add,
+        numerics="storage_dtype_chain",
+        own_backward=False,
+        op="add_rmsnorm",
+    ),
 )

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-from impls import Backend, RMSNormFn
+from impls import AddRMSNormFn, Backend, RMSNormFn
 
 _MAX_N = 65536
 
@@ -48,12 +48,33 @@ def _build() -> RMSNormFn:
     return liger_rmsnorm
 
 
-BACKEND = Backend(
-    name="liger",
-    label="Liger-Kernel (llama mode)",
-    build=_build,
-    numerics="two_roundings",
-    own_backward=True,
-    unavailable=_unavailable,
-    unsupported=_unsupported,
+def _build_add() -> AddRMSNormFn:
+    from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+
+    def liger_add_rmsnorm(x, residual, weight, eps):
+        return LigerFusedAddRMSNormFunction.apply(x, residual, weight, eps, 0.0, "llama", False)
+
+    return liger_add_rmsnorm
+
+
+BACKENDS = (
+    Backend(
+        name="liger",
+        label="Liger-Kernel (llama mode)",
+        build=_build,
+        numerics="two_roundings",
+        own_backward=True,
+        unavailable=_unavailable,
+        unsupported=_unsupported,
+    ),
+    Backend(
+        name="liger-add",
+        label="Liger-Kernel fused_add_rms_norm",
+        build=_build_add,
+        numerics="two_roundings",
+        own_backward=True,
+        op="add_rmsnorm",
+        unavailable=_unavailable,
+        unsupported=_unsupported,
+    ),
 )

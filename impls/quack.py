@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from impls import Backend, RMSNormFn
+from impls import AddRMSNormFn, Backend, RMSNormFn
 
 _MAX_N_FP32_BACKWARD = 128 * 1024
 
@@ -52,13 +52,35 @@ def _build() -> RMSNormFn:
     return quack_rmsnorm
 
 
-BACKEND = Backend(
-    name="quack",
-    label="QuACK (CuTe DSL)",
-    build=_build,
-    numerics="fused_fp32",
-    own_backward=True,
-    graph_capturable_backward=False,
-    unavailable=_unavailable,
-    unsupported=_unsupported,
+def _build_add() -> AddRMSNormFn:
+    from quack import rmsnorm
+
+    def quack_add_rmsnorm(x, residual, weight, eps):
+        return rmsnorm(x, weight, residual=residual, eps=eps, prenorm=True)
+
+    return quack_add_rmsnorm
+
+
+BACKENDS = (
+    Backend(
+        name="quack",
+        label="QuACK (CuTe DSL)",
+        build=_build,
+        numerics="fused_fp32",
+        own_backward=True,
+        graph_capturable_backward=False,
+        unavailable=_unavailable,
+        unsupported=_unsupported,
+    ),
+    Backend(
+        name="quack-add",
+        label="QuACK residual + RMSNorm (prenorm)",
+        build=_build_add,
+        numerics="fused_fp32",
+        own_backward=True,
+        op="add_rmsnorm",
+        graph_capturable_backward=False,
+        unavailable=_unavailable,
+        unsupported=_unsupported,
+    ),
 )

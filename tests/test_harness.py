@@ -16,10 +16,14 @@ H200_RESULTS = sorted(Path("results/nvidia-h200").glob("*.jsonl"))
 def test_byte_model():
     assert traffic.counted_bytes("fwd", 4096, 8192, 2) == 2 * 4096 * 8192 * 2
     assert traffic.counted_bytes("bwd", 4096, 8192, 2) == 3 * 4096 * 8192 * 2
+    assert traffic.counted_bytes("fwd", 8, 8, 2, op="add_rmsnorm") == 4 * 8 * 8 * 2
+    assert traffic.counted_bytes("bwd", 8, 8, 2, op="add_rmsnorm") == 4 * 8 * 8 * 2
     assert traffic.copy_bytes(10, 10, 4) == 800
     assert traffic.gbps(10**9, 1000.0) == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="mode"):
+    with pytest.raises(ValueError, match="op, mode"):
         traffic.counted_bytes("both", 1, 1, 2)
+    with pytest.raises(ValueError, match="op, mode"):
+        traffic.counted_bytes("fwd", 1, 1, 2, op="layernorm")
     with pytest.raises(ValueError, match="ms"):
         traffic.gbps(1, 0.0)
 

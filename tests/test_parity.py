@@ -11,7 +11,7 @@ import torch
 from harness.checks import check_backend
 from harness.inputs import LARGE_EPS, make_inputs
 from impls import all_backends
-from tests.cases import edge_cases, seed_sweep
+from tests.cases import DTYPE_NAMES, edge_cases, seed_sweep, shape_id
 from tests.conftest import DEVICE
 
 BACKENDS = [pytest.param(b, id=b.name) for b in all_backends()]
@@ -80,3 +80,23 @@ def test_non_contiguous_input(backend, layout):
     inputs = type(base)(x=x, weight=base.weight, dy=base.dy, eps=base.eps)
     result = check_backend(backend, backend.build(), inputs)
     assert result.passed, result.summary()
+
+
+ADD_BACKENDS = [pytest.param(b, id=b.name) for b in all_backends("add_rmsnorm")]
+ADD_CASES = [((512, 4096), torch.bfloat16), ((64, 4095), torch.float16), ((3, 7, 1000), torch.float32),
+             ((256, 8192), torch.float16)]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "shape, dtype", [pytest.param(s, d, id=f"{DTYPE_NAMES[d]}-{shape_id(s)}") for s, d in ADD_CASES]
+)
+@pytest.mark.parametrize("backend", ADD_BACKENDS)
+def test_add_rmsnorm(backend, shape, dtype):
+    """Pre-norm residual add: h, y, dx, dr and dw of every add_rmsnorm backend."""
+    reason = backend.skip_reason(shape, dtype, DEVICE)
+    if reason is not None:
+        pytest.skip(f"{backend.name}: {reason}")
+    inputs = make_inputs(shape, dtype, DEVICE, with_residual=True)
+    result = check_backend(backend, backend.build(), inputs)
+    assert result.passed, result.summary()
+    assert len(result.reports) == 10  # h, y, dx, dr, dw on two calls

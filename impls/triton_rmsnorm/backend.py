@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from impls import Backend, RMSNormFn
+from impls import AddRMSNormFn, Backend, RMSNormFn
 
 
 def _unavailable() -> str | None:
@@ -40,12 +40,33 @@ def _build() -> RMSNormFn:
     return rmsnorm
 
 
-BACKEND = Backend(
-    name="triton",
-    label="Triton fused (ours)",
-    build=_build,
-    numerics="fused_fp32",
-    own_backward=True,
-    unavailable=_unavailable,
-    unsupported=_unsupported,
+def _build_add() -> AddRMSNormFn:
+    from .function import rmsnorm
+
+    def triton_add_rmsnorm(x, residual, weight, eps):
+        return rmsnorm(x, weight, eps, residual=residual)
+
+    return triton_add_rmsnorm
+
+
+BACKENDS = (
+    Backend(
+        name="triton",
+        label="Triton fused (ours)",
+        build=_build,
+        numerics="fused_fp32",
+        own_backward=True,
+        unavailable=_unavailable,
+        unsupported=_unsupported,
+    ),
+    Backend(
+        name="triton-add",
+        label="Triton fused add + RMSNorm (ours)",
+        build=_build_add,
+        numerics="fused_fp32",
+        own_backward=True,
+        op="add_rmsnorm",
+        unavailable=_unavailable,
+        unsupported=_unsupported,
+    ),
 )
