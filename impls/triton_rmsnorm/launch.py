@@ -55,12 +55,23 @@ def _autotuned(kernel_name: str):
     return triton.autotune(configs=_configs(), key=["N"])(getattr(kernels, kernel_name))
 
 
+def autotuning() -> bool:
+    """Autotune on a GPU unless RMSNORM_TRITON_AUTOTUNE=0 (quick checks: one compile per shape)."""
+    return not interpreting() and os.environ.get("RMSNORM_TRITON_AUTOTUNE", "1") != "0"
+
+
+def heuristic_num_warps(block_n: int) -> int:
+    """Warps for a tile of block_n elements when not autotuning: ~256 elements per warp."""
+    return max(1, min(32, block_n // 256))
+
+
 def _launch(kernel_name: str, grid: tuple[int, ...], *args, **kwargs) -> None:
     """Autotuned on a GPU; one fixed configuration under the interpreter, which cannot time."""
-    if interpreting():
-        getattr(kernels, kernel_name)[grid](*args, **kwargs, num_warps=4)
-    else:
+    if autotuning():
         _autotuned(kernel_name)[grid](*args, **kwargs)
+    else:
+        warps = 4 if interpreting() else heuristic_num_warps(kwargs["BLOCK_N"])
+        getattr(kernels, kernel_name)[grid](*args, **kwargs, num_warps=warps)
 
 
 @functools.cache
