@@ -37,6 +37,8 @@ def collect() -> dict:
         "python": platform.python_version(),
         "versions": {p: _version(p) for p in _PACKAGES},
         "cuda": torch.version.cuda,
+        # Our kernels' launch configs: autotuned (the product) or the quick-check heuristic.
+        "triton_autotune": os.environ.get("RMSNORM_TRITON_AUTOTUNE", "1") != "0",
     }
     info["versions"]["torch"] = torch.__version__
     if torch.cuda.is_available():
