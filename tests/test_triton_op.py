@@ -10,7 +10,7 @@ from harness.inputs import make_inputs
 from harness.oracle import TOLERANCES, compare, reference
 from impls import get_backend
 from impls.triton_rmsnorm import MAX_N, RMSNorm, rmsnorm
-from impls.triton_rmsnorm.launch import SINGLE_TILE_MAX_N
+from impls.triton_rmsnorm.launch import BACKWARD_SINGLE_TILE_MAX_N, SINGLE_TILE_MAX_N
 from tests.conftest import DEVICE
 
 
@@ -65,8 +65,8 @@ def test_hidden_size_above_int32_raises():
 @pytest.mark.parametrize(
     "shape, dtype",
     [((3, SINGLE_TILE_MAX_N + 1), torch.bfloat16), ((5, 2 * SINGLE_TILE_MAX_N + 3), torch.float16),
-     ((2, 3, 70000), torch.float32)],
-    ids=["bf16-3x65537", "fp16-5x131075", "fp32-2x3x70000"],
+     ((2, 3, 70000), torch.float32), ((6, BACKWARD_SINGLE_TILE_MAX_N + 100), torch.bfloat16)],
+    ids=["bf16-3x65537", "fp16-5x131075", "fp32-2x3x70000", "bf16-6x16484-looped-bwd-only"],
 )  # fmt: skip
 def test_rows_wider_than_one_tile(shape, dtype):
     """The looped path: no hidden-size cap at the single-tile limit."""

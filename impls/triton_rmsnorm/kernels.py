@@ -12,8 +12,9 @@ the unfused code would. The backward then reads h in place of x, and with HAS_DH
 gradient arriving on h to dx (which is also the residual's gradient).
 
 The single-tile kernels hold one row in one tile (BLOCK_N = next_power_of_2(N) elements in
-registers) and serve N <= launch.SINGLE_TILE_MAX_N; the looped kernels at the end of this file
-serve wider rows. Row offsets are computed in int64, so M * N may exceed 2**31; column indices
+registers) and serve rows up to launch.SINGLE_TILE_MAX_N (forward) and
+launch.BACKWARD_SINGLE_TILE_MAX_N (backward); the looped kernels at the end of this file serve
+wider rows. Row offsets are computed in int64, so M * N may exceed 2**31; column indices
 are int32.
 """
 

@@ -1,11 +1,12 @@
 """Launchers: grids, launch configurations and allocation for the kernels in kernels.py.
 
-Two paths, chosen by the hidden size N:
-- N <= SINGLE_TILE_MAX_N: the seed design; one row in one tile (BLOCK_N = next_power_of_2(N)),
-  x read once; the backward walks rows with a private dw accumulator per program.
-- wider rows: the looped kernels; each row walked in WIDE_BLOCK_N chunks (the forward reads x
-  twice, the second time mostly from L2), the backward in two steps (per-row dot product, then
-  column blocks x row groups). No hidden-size cap below 2**31.
+Two paths, chosen by the hidden size N, separately for each direction:
+- single tile (forward N <= SINGLE_TILE_MAX_N, backward N <= BACKWARD_SINGLE_TILE_MAX_N): the seed
+  design; one row in one tile (BLOCK_N = next_power_of_2(N)), x read once; the backward walks
+  rows with a private dw accumulator per program.
+- looped, for wider rows: each row walked in WIDE_BLOCK_N chunks (the forward reads x twice),
+  the backward in two steps (per-row dot product, then column blocks x row groups). No
+  hidden-size cap below 2**31.
 
 On a CUDA device the kernels are autotuned per N over num_warps x num_stages with BLOCK_N pinned.
 Under the Triton interpreter (TRITON_INTERPRET=1, CPU tensors) autotuning cannot time anything,
@@ -22,8 +23,12 @@ import triton
 
 from . import kernels
 
-#: Widest row the single-tile kernels take: one row lives in registers.
+#: Widest row the single-tile forward takes: one row lives in registers.
 SINGLE_TILE_MAX_N = 65536
+#: Widest row the single-tile backward takes. Above it, its per-program fp32 dw accumulator plus
+#: x, dy and g per row spill: on the H200 it fell to 638 GB/s at N = 32768 and 358 at 65536,
+#: where the looped backward ran ~2 TB/s (docs/perf-log.md, v1).
+BACKWARD_SINGLE_TILE_MAX_N = 16384
 #: Chunk width of the looped (wide-row) kernels.
 WIDE_BLOCK_N = 4096
 #: Column indices are int32 inside the kernels.
@@ -88,8 +93,12 @@ def block_size(n: int) -> int:
     return triton.next_power_of_2(n)
 
 
-def is_wide(n: int) -> bool:
+def forward_is_looped(n: int) -> bool:
     return n > SINGLE_TILE_MAX_N
+
+
+def backward_is_looped(n: int) -> bool:
+    return n > BACKWARD_SINGLE_TILE_MAX_N
 
 
 def backward_programs(m: int, device: torch.device) -> int:
@@ -136,7 +145,7 @@ def rmsnorm_forward(
         x, weight, y, rstd, r_arg, h_arg,
         x.stride(0), y.stride(0), r_arg.stride(0), h_arg.stride(0), n, eps, offset,
     )  # fmt: skip
-    name, block = ("rmsnorm_fwd_looped_kernel", WIDE_BLOCK_N) if is_wide(n) else (
+    name, block = ("rmsnorm_fwd_looped_kernel", WIDE_BLOCK_N) if forward_is_looped(n) else (
         "rmsnorm_fwd_kernel", block_size(n))  # fmt: skip
     _launch(name, (m,), *args, BLOCK_N=block, HAS_RESIDUAL=residual is not None)
     return y, rstd, h
@@ -164,7 +173,7 @@ def rmsnorm_backward(
     if m == 0:
         return dx, torch.zeros_like(weight)
     dh_arg = dy if dh_out is None else dh_out
-    if is_wide(n):
+    if backward_is_looped(n):
         dw_partial = _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, dh_out is not None)
     else:
         programs = backward_programs(m, x.device)
