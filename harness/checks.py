@@ -28,6 +28,7 @@ def poison_free_memory(device: torch.device, nbytes: int) -> None:
     """
     if device.type != "cuda" or nbytes <= 0:
         return
+    torch.cuda.empty_cache()  # no other cached block to hand out before the poisoned one
     block = torch.empty(nbytes, dtype=torch.uint8, device=device)
     block.fill_(0xFF)
     del block

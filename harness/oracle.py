@@ -13,6 +13,9 @@ every element is within its bound, a sum of three terms, each with its reason in
   + ACCUMULATION_SIGMAS * sqrt(K) * 2**-24 * max_j |ref_j|
                                              fp32 accumulation over K terms (K = N for y and
                                              dx, M for dw); matters only for fp32 storage
+The error is measured against round(ref), except for bounds marked exact (a single-rounding
+forward): those measure against the unrounded ref with elem_ulps = 0.5, and the fp32 term is
+taken relative to each element, so a kernel that rounds twice cannot hide inside them.
 Non-finite values must agree exactly in position and kind (NaN, +Inf, -Inf).
 """
 
@@ -39,15 +42,28 @@ class Tolerance:
     elem_ulps: float
     scale_ulps: float
     reason: str
+    #: True: the error is measured against the unrounded reference, so elem_ulps = 0.5 means
+    #: "correctly rounded", up to fp32 compute noise relative to each element
+    #: ((5 + ACCUMULATION_SIGMAS * sqrt(K)) * 2**-24 * |ref_i|) in place of the scale-wide term.
+    exact: bool = False
 
 
 #: numerics class -> quantity (y, dx, dw) -> bound. Each backend declares its class.
 TOLERANCES: dict[str, dict[str, Tolerance]] = {
     "fused_fp32": {
-        "y": Tolerance(1, 0, "fp32 statistics, one rounding at the store: a correctly rounded "
-                             "result is within 1 ulp of round(reference)"),
+        "y": Tolerance(0.5, 0, "fp32 statistics, one rounding at the store: correctly rounded "
+                               "(within 0.5 ulp of the exact value) up to fp32 noise; a second "
+                               "rounding lands up to 1 ulp away and fails", exact=True),
         "dx": Tolerance(1, 0, "computed in fp32 from dy, x and rstd, rounded once"),
         "dw": Tolerance(1, 0, "fp32 sum over rows, rounded once to the weight dtype"),
+    },
+    # Our kernel under Triton's CPU interpreter, which converts fp32 -> bf16 by truncation
+    # (triton/runtime/interpreter.py): one rounding still, but up to 1 ulp toward zero.
+    "fused_fp32_interpreted": {
+        "y": Tolerance(1, 0, "one truncating conversion at the store: within 1 ulp of "
+                             "round(reference)"),
+        "dx": Tolerance(1, 0, "computed in fp32 from dy, x and rstd, converted once"),
+        "dw": Tolerance(1, 0, "fp32 sum over rows, converted once to the weight dtype"),
     },
     "two_roundings": {
         "y": Tolerance(2, 0, "x*rstd rounded to the storage dtype, then times weight rounded "
@@ -230,13 +246,17 @@ def compare(
     nonfinite_disagree = (~finite) & ~((got == want) | (torch.isnan(got) & torch.isnan(want)))
     lost = finite & ~torch.isfinite(got)
 
-    err = torch.where(finite & torch.isfinite(got), (got - want).abs(), torch.zeros_like(got))
+    target = exact if tolerance.exact else want
+    err = torch.where(finite & torch.isfinite(got), (got - target).abs(), torch.zeros_like(got))
     scale = exact[finite].abs().max().item() if finite.any() else 0.0
     scale_t = torch.tensor(scale, dtype=torch.float64, device=got.device)
+    noise_terms = ACCUMULATION_SIGMAS * math.sqrt(reduction_length) * 2.0**-24
+    if tolerance.exact:
+        noise = torch.nan_to_num((noise_terms + 5 * 2.0**-24) * exact.abs(), nan=0.0, posinf=0.0)
+    else:
+        noise = noise_terms * scale
     bound = (
-        tolerance.elem_ulps * ulp(want, dtype)
-        + tolerance.scale_ulps * ulp(scale_t, dtype)
-        + ACCUMULATION_SIGMAS * math.sqrt(reduction_length) * 2.0**-24 * scale
+        tolerance.elem_ulps * ulp(want, dtype) + tolerance.scale_ulps * ulp(scale_t, dtype) + noise
     )
     outside = (finite & (err > bound)) | lost | nonfinite_disagree
     report_ulp = ulp(torch.maximum(want.abs(), scale_t * _ULP_REPORT_FLOOR), dtype)

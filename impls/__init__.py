@@ -34,6 +34,7 @@ OPS = ("rmsnorm", "add_rmsnorm")
 _BACKEND_MODULES: tuple[str, ...] = (
     "triton_rmsnorm.backend",
     "eager",
+    "eager_fp32",
     "compiled",
     "apex",
     "torch_native",

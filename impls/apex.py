@@ -1,5 +1,9 @@
 """NVIDIA Apex FusedRMSNorm (apex.normalization.fused_rms_norm_affine).
 
+Numerics: Apex's forward stores gamma * static_cast<T>(invvar * x) (csrc/layer_norm_cuda_kernel.cu,
+cuApplyLayerNorm_): x_hat is rounded to the storage dtype before the weight multiply, which rounds
+again. Its backward clamps |gamma| to at least eps (clamp_by_magnitude), wrong where |w| < eps.
+
 Only an installed Apex is imported; nothing of Apex is part of this project. Apex is not on PyPI
 (the PyPI package named ``apex`` is unrelated): build it from the NVIDIA/apex sources with its
 CUDA extensions, e.g. ``APEX_CPP_EXT=1 APEX_CUDA_EXT=1 pip install -v --no-build-isolation .``
@@ -55,7 +59,7 @@ BACKEND = Backend(
     name="apex",
     label="NVIDIA Apex FusedRMSNorm",
     build=_build,
-    numerics="fused_fp32",
+    numerics="two_roundings",
     own_backward=True,
     unavailable=_unavailable,
     unsupported=_unsupported,

@@ -1,5 +1,6 @@
-"""Eager PyTorch RMSNorm, written as users write it (Llama's reference): a chain of kernels, each
-a round trip to memory, each op rounding to the storage dtype."""
+"""Eager PyTorch RMSNorm, the seed's code: a chain of kernels, each a round trip to memory, each
+op rounding to the storage dtype. (Hugging Face's LlamaRMSNorm upcasts to fp32 first: that is the
+`eager-fp32` backend.)"""
 
 from __future__ import annotations
 

@@ -27,7 +27,8 @@ def sums_squares_in_bf16(x: torch.Tensor, weight: torch.Tensor, eps: float) -> t
 
 
 def rounds_twice_claims_once(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Rounds x * rstd to storage before the weight multiply, yet claims one rounding."""
+    """Rounds x * rstd to storage before the weight multiply (as Apex and Liger's llama mode
+    do), yet claims one rounding: the forward alone must fail fused_fp32's exact bound."""
     xf = x.float()
     x_hat = (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)).to(x.dtype)
     return x_hat * weight
@@ -40,7 +41,10 @@ def _control(name: str, fn) -> Backend:
 
 FORGETS_EPS = _control("wrong-forgets-eps", forgets_eps)
 SUMS_SQUARES_IN_BF16 = _control("wrong-bf16-sum-of-squares", sums_squares_in_bf16)
-ROUNDS_TWICE = _control("wrong-rounds-twice", rounds_twice_claims_once)
+ROUNDS_TWICE = Backend(
+    name="wrong-rounds-twice", label="", build=lambda: rounds_twice_claims_once,
+    numerics="fused_fp32", own_backward=False, has_backward=False,
+)  # fmt: skip
 
 
 def _make_caching():
@@ -80,4 +84,8 @@ RETURNS_CACHED_OUTPUT = Backend(
     own_backward=False,
 )  # fmt: skip
 SKIPS_ODD_ROWS = _control("wrong-skips-odd-rows", skips_odd_rows)
+SKIPS_ODD_ROWS_FORWARD_ONLY = Backend(
+    name="wrong-skips-odd-rows-fwd", label="", build=lambda: skips_odd_rows,
+    numerics="fused_fp32", own_backward=False, has_backward=False,
+)  # fmt: skip
 COMPUTES_IN_HALF = _control("wrong-computes-in-fp16", computes_in_half)

@@ -26,12 +26,13 @@ def test_one_shared_compiled_function_would_fall_back():
     limit made an error (as build() does), that is loud instead of silently eager."""
     fn = get_backend("compile").build()
     limit = compiled.recompile_limit()
-    failures = 0
+    failures = []
     with torch.no_grad():
         for i in range(limit + 2):
             inputs = make_inputs((2, 32 + 8 * i), torch.float32, DEVICE)
             try:
                 fn(inputs.x, inputs.weight, inputs.eps)
-            except Exception:
-                failures += 1
-    assert failures >= 1
+            except Exception as exc:  # the recompile-limit failure, and only that, is expected
+                failures.append(exc)
+    assert failures, "hitting the recompile limit went unnoticed"
+    assert all("recompile" in f"{type(e).__name__} {e}".lower() for e in failures), failures

@@ -91,3 +91,15 @@ def test_faster_than_the_copy_ceiling_is_flagged_suspect():
     row = {"status": "ok", "bytes": 3 * 10**9, "ms": 1.0, "floor_ms": None}
     _add_bandwidth(row, ceiling=3000.0, m=1, n=1, es=2)
     assert row["suspect"] is False
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the caching allocator is CUDA's")
+def test_poisoned_memory_reaches_the_next_allocation():
+    """On CUDA, what a backend allocates right after poisoning reads NaN until written, so an
+    unwritten output element cannot pass the oracle by luck."""
+    from harness.checks import poison_free_memory
+
+    torch.cuda.empty_cache()
+    poison_free_memory(torch.device("cuda"), 1 << 20)
+    fresh = torch.empty(1 << 18, dtype=torch.bfloat16, device="cuda")
+    assert torch.isnan(fresh).all()

@@ -13,6 +13,7 @@ from tests.negative_controls import (
     RETURNS_CACHED_OUTPUT,
     ROUNDS_TWICE,
     SKIPS_ODD_ROWS,
+    SKIPS_ODD_ROWS_FORWARD_ONLY,
     SUMS_SQUARES_IN_BF16,
 )
 
@@ -33,7 +34,8 @@ def test_rejects_bf16_sum_of_squares():
 
 
 def test_rejects_two_roundings_claimed_as_one():
-    _fails(ROUNDS_TWICE, (64, 4096), torch.bfloat16)
+    summary = _fails(ROUNDS_TWICE, (64, 4096), torch.bfloat16)
+    assert "y: FAIL" in summary
 
 
 def test_rejects_unwritten_elements():
@@ -62,6 +64,12 @@ def test_rejects_cached_output():
 
 def test_rejects_skipped_rows():
     _fails(SKIPS_ODD_ROWS, (32, 1024), torch.bfloat16)
+
+
+def test_rejects_skipped_rows_in_the_forward_alone():
+    """Unwritten rows fail y itself (on CUDA they read as the poison, NaN)."""
+    summary = _fails(SKIPS_ODD_ROWS_FORWARD_ONLY, (32, 1024), torch.bfloat16)
+    assert "y: FAIL" in summary
 
 
 def test_rejects_low_precision_compute():

@@ -41,20 +41,37 @@ def test_reference_matches_closed_form():
     assert torch.allclose(ref.y, torch.tensor([[3 / rms, 8 / rms]], dtype=torch.float64))
 
 
-def test_reference_gradients_match_finite_differences():
-    x = torch.randn(3, 16, dtype=torch.float32)
-    w = torch.randn(16, dtype=torch.float32)
-    dy = torch.randn(3, 16, dtype=torch.float32)
-    ref = reference(x, w, 1e-3, dy)
-    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
-    assert torch.autograd.gradcheck(
-        lambda a, b: a * torch.rsqrt(a.square().mean(-1, keepdim=True) + 1e-3) * b, (x64, w64)
-    )
-    assert ref.dx.dtype == torch.float64 and ref.dw.shape == (16,)
+def test_reference_gradients_match_the_closed_form():
+    """The oracle's autograd gradients equal the textbook formulas, computed in fp64:
+    dx = rstd * (g - x_hat * mean(g * x_hat)) with g = (offset + w) * dy, dw = sum dy * x_hat."""
+    x = torch.randn(5, 48, dtype=torch.float32)
+    w = torch.randn(48, dtype=torch.float32)
+    dy = torch.randn(5, 48, dtype=torch.float32)
+    eps, offset = 0.3, 1.0
+    ref = reference(x, w, eps, dy, offset=offset)
+    x64, w64, dy64 = x.double(), w.double(), dy.double()
+    rstd = torch.rsqrt(x64.square().mean(-1, keepdim=True) + eps)
+    x_hat = x64 * rstd
+    g = (offset + w64) * dy64
+    dx = rstd * (g - x_hat * (g * x_hat).mean(-1, keepdim=True))
+    torch.testing.assert_close(ref.dx, dx, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(ref.dw, (dy64 * x_hat).sum(0), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(ref.y, x_hat * (offset + w64), rtol=1e-12, atol=1e-12)
 
 
-def test_one_ulp_passes_two_fail_for_single_rounding():
+def test_exact_bound_accepts_correct_rounding_and_rejects_a_second_rounding():
+    """fused_fp32's y bound: within 0.5 ulp of the exact value (plus fp32 noise)."""
     tol = TOLERANCES["fused_fp32"]["y"]
+    exact = torch.tensor([1.0 + 0.3 * 2.0**-7, 1.0 + 0.7 * 2.0**-7], dtype=torch.float64)
+    correctly_rounded = exact.to(torch.bfloat16)
+    assert compare("y", correctly_rounded, exact, torch.bfloat16, tol, 4).passed
+    other_side = torch.tensor([1.0 + 2.0**-7, 1.0], dtype=torch.bfloat16)  # each 1 ulp off
+    report = compare("y", other_side, exact, torch.bfloat16, tol, 4)
+    assert not report.passed and report.mismatches == 2
+
+
+def test_one_ulp_passes_two_fail_against_the_rounded_oracle():
+    tol = TOLERANCES["fused_fp32_interpreted"]["y"]
     ref = torch.full((4,), 1.0, dtype=torch.float32) + 2.0**-9  # between two bf16 values
     one_off = torch.full((4,), 1.0 + 2.0**-7, dtype=torch.bfloat16)
     assert compare("y", one_off, ref, torch.bfloat16, tol, 4).passed

@@ -87,6 +87,7 @@ class RMSNormFunction(torch.autograd.Function):
         ctx.save_for_backward(_rows(x) if h2d is None else h2d, weight, rstd)
         ctx.offset = float(offset)
         ctx.has_residual = residual is not None
+        ctx.shape = x.shape
         if h2d is None:
             return y2d.view(x.shape)
         ctx.set_materialize_grads(False)  # an unused y or h sends no gradient
@@ -95,11 +96,11 @@ class RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy, dh=None):
         normalized2d, weight, rstd = ctx.saved_tensors
-        if dy is None:
-            dy = torch.zeros_like(normalized2d)
+        if dy is None:  # only h was used downstream: y sends nothing, so dx = dr = dh, dw = 0
+            return dh, torch.zeros_like(weight), dh, None, None, None
         dh2d = None if dh is None else _rows(dh)
         dx2d, dw = launch.rmsnorm_backward(_rows(dy), normalized2d, weight, rstd, ctx.offset, dh2d)
-        dx = dx2d.view(dy.shape)
+        dx = dx2d.view(ctx.shape)
         # h = x + r: x and the residual get the same gradient (autograd copies if it must)
         return dx, dw, dx if ctx.has_residual else None, None, None, None
 
@@ -199,6 +200,8 @@ def rmsnorm(
     validate_inputs(x, weight, eps, offset, out_dtype)
     if residual is not None:
         _validate_residual(x, residual)
+    if weight.stride(0) != 1:
+        weight = weight.contiguous()  # the kernels read w unit-strided; N elements, gradient flows
     out_dtype = out_dtype or x.dtype
     if torch.compiler.is_compiling():
         y, _rstd, h = _rmsnorm_fwd_op(x, weight, residual, float(eps), float(offset), out_dtype)

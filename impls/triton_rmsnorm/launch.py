@@ -15,6 +15,7 @@ so a fixed configuration is used: the kernel code is the same.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
@@ -26,8 +27,9 @@ from . import kernels
 #: Widest row the single-tile forward takes: one row lives in registers.
 SINGLE_TILE_MAX_N = 65536
 #: Widest row the single-tile backward takes. Above it, its per-program fp32 dw accumulator plus
-#: x, dy and g per row spill: on the H200 it fell to 638 GB/s at N = 32768 and 358 at 65536,
-#: where the looped backward ran ~2 TB/s (docs/perf-log.md, v1).
+#: x, dy and g per row spill: on the H200 it fell to 638 GB/s at N = 32768 and 358 at 65536, while
+#: the looped backward ran ~2.1 TB/s at N = 131072 and 262144 (docs/perf-log.md, v1; heuristic
+#: launch configs, the looped path at 32768-65536 itself not yet measured).
 BACKWARD_SINGLE_TILE_MAX_N = 16384
 #: Chunk width of the looped (wide-row) kernels.
 WIDE_BLOCK_N = 4096
@@ -55,9 +57,21 @@ def _configs() -> list[triton.Config]:
     ]
 
 
+#: Autotune keys: N, plus the feature switches that change a kernel's work (each variant gets its
+#: own tuned config; Triton adds the tensors' dtypes itself).
+_TUNING_KEYS = {
+    "rmsnorm_fwd_kernel": ["N", "HAS_RESIDUAL"],
+    "rmsnorm_fwd_looped_kernel": ["N", "HAS_RESIDUAL"],
+    "rmsnorm_bwd_kernel": ["N", "HAS_DH_OUT"],
+    "rmsnorm_bwd_columns_kernel": ["N", "HAS_DH_OUT"],
+    "rmsnorm_bwd_row_dot_kernel": ["N"],
+}
+
+
 @functools.cache
 def _autotuned(kernel_name: str):
-    return triton.autotune(configs=_configs(), key=["N"])(getattr(kernels, kernel_name))
+    kernel = getattr(kernels, kernel_name)
+    return triton.autotune(configs=_configs(), key=_TUNING_KEYS[kernel_name])(kernel)
 
 
 def autotuning() -> bool:
@@ -71,7 +85,10 @@ def heuristic_num_warps(block_n: int) -> int:
 
 
 def _launch(kernel_name: str, grid: tuple[int, ...], *args, **kwargs) -> None:
-    """Autotuned on a GPU; one fixed configuration under the interpreter, which cannot time."""
+    """Autotuned on a GPU; one fixed configuration under the interpreter, which cannot time.
+
+    Triton launches on the current CUDA device: the caller makes it x's device (_on_device).
+    """
     if autotuning():
         _autotuned(kernel_name)[grid](*args, **kwargs)
     else:
@@ -111,6 +128,13 @@ def check_hidden_size(n: int) -> None:
         raise ValueError(f"x: hidden size (last dimension) N={n} exceeds {MAX_N} (int32 columns)")
 
 
+def _on_device(x: torch.Tensor):
+    """Make x's GPU the current device for the launches (a no-op when it already is)."""
+    if x.device.type == "cuda" and x.device.index != torch.cuda.current_device():
+        return torch.cuda.device(x.device)
+    return contextlib.nullcontext()
+
+
 def _check_runnable(x: torch.Tensor) -> None:
     if x.device.type != "cuda" and not interpreting():
         raise RuntimeError(
@@ -147,7 +171,8 @@ def rmsnorm_forward(
     )  # fmt: skip
     name, block = ("rmsnorm_fwd_looped_kernel", WIDE_BLOCK_N) if forward_is_looped(n) else (
         "rmsnorm_fwd_kernel", block_size(n))  # fmt: skip
-    _launch(name, (m,), *args, BLOCK_N=block, HAS_RESIDUAL=residual is not None)
+    with _on_device(x):
+        _launch(name, (m,), *args, BLOCK_N=block, HAS_RESIDUAL=residual is not None)
     return y, rstd, h
 
 
@@ -173,20 +198,27 @@ def rmsnorm_backward(
     if m == 0:
         return dx, torch.zeros_like(weight)
     dh_arg = dy if dh_out is None else dh_out
-    if backward_is_looped(n):
-        dw_partial = _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, dh_out is not None)
-    else:
-        programs = backward_programs(m, x.device)
-        rows_per_program = triton.cdiv(m, programs)
-        programs = triton.cdiv(m, rows_per_program)  # no program without rows
-        dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
-        _launch(
-            "rmsnorm_bwd_kernel", (programs,),
-            x, weight, dy, rstd, dx, dw_partial, dh_arg,
-            x.stride(0), dy.stride(0), dx.stride(0), dh_arg.stride(0), m, n, rows_per_program,
-            offset, BLOCK_N=block_size(n), HAS_DH_OUT=dh_out is not None,
-        )  # fmt: skip
+    with _on_device(x):
+        dw_partial = _backward_launch(dy, x, weight, rstd, offset, dx, dh_arg, dh_out is not None)
     return dx, dw_partial.sum(dim=0).to(weight.dtype)
+
+
+def _backward_launch(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) -> torch.Tensor:
+    """Launch the backward for x's width; returns the [programs, N] fp32 dw partials."""
+    m, n = x.shape
+    if backward_is_looped(n):
+        return _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out)
+    programs = backward_programs(m, x.device)
+    rows_per_program = triton.cdiv(m, programs)
+    programs = triton.cdiv(m, rows_per_program)  # no program without rows
+    dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
+    _launch(
+        "rmsnorm_bwd_kernel", (programs,),
+        x, weight, dy, rstd, dx, dw_partial, dh_arg,
+        x.stride(0), dy.stride(0), dx.stride(0), dh_arg.stride(0), m, n, rows_per_program,
+        offset, BLOCK_N=block_size(n), HAS_DH_OUT=has_dh_out,
+    )  # fmt: skip
+    return dw_partial
 
 
 def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) -> torch.Tensor:
