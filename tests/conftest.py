@@ -24,6 +24,12 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    benchmarking = bool(getattr(config.option, "benchmark_only", False))
     # Outside `pytest --benchmark-only`, benchmark tests run once, untimed, as smoke tests.
-    if hasattr(config.option, "benchmark_only") and not config.option.benchmark_only:
+    if hasattr(config.option, "benchmark_only") and not benchmarking:
         config.option.benchmark_disable = True
+    # Tests judge numerics, which every launch configuration must meet; autotuning each test
+    # shape over 18 configs would cost most of a GPU run, so they take the heuristic config.
+    # One test runs the autotuned path on purpose (test_autotuned_launch_matches_the_oracle);
+    # benchmarks and harness.compare time the product, autotuned.
+    os.environ.setdefault("RMSNORM_TRITON_AUTOTUNE", "1" if benchmarking else "0")

@@ -11,7 +11,7 @@ from harness.oracle import TOLERANCES, compare, reference
 from impls import get_backend
 from impls.triton_rmsnorm import MAX_N, RMSNorm, rmsnorm
 from impls.triton_rmsnorm.launch import BACKWARD_SINGLE_TILE_MAX_N, SINGLE_TILE_MAX_N
-from tests.conftest import DEVICE
+from tests.conftest import DEVICE, ON_GPU
 
 #: Our kernel's bounds: fused_fp32 on a GPU, the interpreter's variant on a CPU.
 OURS = TOLERANCES[get_backend("triton").numerics]
@@ -126,3 +126,14 @@ def test_gradients_reach_leaf_inputs_of_any_rank():
     for name, got, want, k in (("dx", x.grad, ref.dx, 640), ("dw", w.grad, ref.dw, 24)):
         report = compare(name, got, want, torch.float16, tol[name], k)
         assert report.passed, report.summary()
+
+
+@pytest.mark.skipif(not ON_GPU, reason="autotuning needs a GPU to time configs")
+def test_autotuned_launch_matches_the_oracle(monkeypatch):
+    """The product path: every kernel autotuned (single tile, looped, residual variants)."""
+    monkeypatch.setenv("RMSNORM_TRITON_AUTOTUNE", "1")
+    for shape in [(512, 4096), (8, BACKWARD_SINGLE_TILE_MAX_N * 2), (4, SINGLE_TILE_MAX_N * 2)]:
+        result = check_backend(
+            get_backend("triton"), rmsnorm, make_inputs(shape, torch.bfloat16, DEVICE)
+        )
+        assert result.passed, result.summary()
