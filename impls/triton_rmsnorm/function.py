@@ -80,11 +80,12 @@ class RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, residual, eps, offset, out_dtype):
+        x2d = _rows(x)
         residual2d = None if residual is None else _rows(residual)
         y2d, rstd, h2d = launch.rmsnorm_forward(
-            _rows(x), weight, float(eps), float(offset), out_dtype, residual2d
+            x2d, weight, float(eps), float(offset), out_dtype, residual2d
         )
-        ctx.save_for_backward(_rows(x) if h2d is None else h2d, weight, rstd)
+        ctx.save_for_backward(x2d if h2d is None else h2d, weight, rstd)
         ctx.offset = float(offset)
         ctx.has_residual = residual is not None
         ctx.shape = x.shape
@@ -165,6 +166,8 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, dy, _drstd, dh):
     normalized, weight, rstd = ctx.saved_tensors
+    if dy is None:  # only h was used downstream
+        return dh, torch.zeros_like(weight), dh, None, None, None
     dh_out = dh if ctx.has_residual else None
     dx, dw = _rmsnorm_bwd_op(dy, normalized, weight, rstd, ctx.offset, dh_out)
     return dx, dw, dx if ctx.has_residual else None, None, None, None
