@@ -127,3 +127,24 @@ def test_strided_weight():
     w = table[:, 1]
     assert w.stride() == (3,)
     _assert_matches_oracle(inputs.x, w, inputs.dy)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="measures the CUDA caching allocator's peak")
+@pytest.mark.parametrize("shape", [(8192, 4096), (64, 131072)], ids=["single-tile", "looped"])
+def test_backward_allocates_only_dx_and_the_dw_partials(shape):
+    """Issue target: the backward allocates dx, <= SMs x N fp32 partials, O(N + M) besides."""
+    m, n = shape
+    inputs = make_inputs(shape, torch.bfloat16, DEVICE)
+    x = inputs.x.detach().requires_grad_(True)
+    w = inputs.weight.detach().requires_grad_(True)
+    y = rmsnorm(x, w, 1e-5)
+    dy = inputs.dy
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    dx, dw = torch.autograd.grad(y, (x, w), dy)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - before
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    allowed = dx.numel() * dx.element_size() + sms * n * 4 + 4 * (m + n) * 4 + (1 << 20)
+    assert extra <= allowed, f"backward peak {extra} bytes > {allowed}"
