@@ -146,5 +146,7 @@ def test_backward_allocates_only_dx_and_the_dw_partials(shape):
     torch.cuda.synchronize()
     extra = torch.cuda.max_memory_allocated() - before
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    allowed = dx.numel() * dx.element_size() + sms * n * 4 + 4 * (m + n) * 4 + (1 << 20)
+    # dx, the partials, O(M + N) vectors (dw, its cast, per-row sums), and the caching
+    # allocator's rounding of each block up to 2 MiB.
+    allowed = dx.numel() * dx.element_size() + sms * n * 4 + 4 * (m + n) * 4 + 4 * (2 << 20)
     assert extra <= allowed, f"backward peak {extra} bytes > {allowed}"
