@@ -18,6 +18,14 @@ from harness.oracle import (
 )
 from impls import Backend, RMSNormFn
 
+#: What check_backend judges per (op, mode); each on two calls, the second named "<q>#2".
+QUANTITIES = {
+    ("rmsnorm", "fwd"): ("y",),
+    ("rmsnorm", "bwd"): ("dx", "dw"),
+    ("add_rmsnorm", "fwd"): ("h", "y"),
+    ("add_rmsnorm", "bwd"): ("dx", "dr", "dw"),
+}
+
 
 def poison_free_memory(device: torch.device, nbytes: int) -> None:
     """Fill memory the CUDA caching allocator will hand out next with NaN bytes (0xFF).
