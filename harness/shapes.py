@@ -22,8 +22,8 @@ PRESETS: dict[str, tuple[str, list[Shape]]] = {
         [(8192, n) for n in (3584, 4095, 5120, 7168)],
     ),
     "wide": (
-        "wide rows, N from 16384 to 262144, M*N = 64M",
-        [(2**26 // n, n) for n in (16384, 32768, 65536, 131072, 262144)],
+        "wide rows, N from 16384 to 1048576, M*N = 64M",
+        [(2**26 // n, n) for n in (16384, 32768, 65536, 131072, 262144, 1048576)],
     ),
     "cpu": (
         "a small sweep for machines without CUDA (interpreter: not performance numbers)",

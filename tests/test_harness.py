@@ -106,3 +106,14 @@ def test_from_prints_the_committed_h200_ranking(capsys):
     assert "GPU: NVIDIA H200" in text and "copy ceiling" in text
     for backend in ("triton", "eager", "compile", "apex"):
         assert f"| {backend}" in text
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="host overhead: CUDA only")
+def test_overhead_reports_host_microseconds_per_call(capsys):
+    """python -m harness.overhead: a row per backend and mode, with host and device times; our
+    kernel's launcher alone costs less host time than the full autograd call."""
+    from harness.overhead import main as overhead_main
+
+    assert overhead_main(["--backends", "triton", "eager", "--calls", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "host us/call" in out and "triton (launcher only)" in out and "eager" in out

@@ -9,7 +9,7 @@ from harness.checks import check_backend
 from harness.inputs import make_inputs
 from harness.oracle import TOLERANCES, compare, reference
 from impls import get_backend
-from impls.triton_rmsnorm import MAX_N, RMSNorm, rmsnorm
+from impls.triton_rmsnorm import MAX_N, RMSNorm, launch, rmsnorm
 from impls.triton_rmsnorm.launch import BACKWARD_SINGLE_TILE_MAX_N, SINGLE_TILE_MAX_N
 from tests.conftest import DEVICE, ON_GPU
 
@@ -79,6 +79,23 @@ def test_rows_wider_than_one_tile(shape, dtype):
 
 
 @pytest.mark.parametrize(
+    "shape, dtype",
+    [((1000, 128), torch.bfloat16), ((77, 64), torch.float16), ((2, 5, 300), torch.float32)],
+    ids=["bf16-1000x128", "fp16-77x64", "fp32-2x5x300"],
+)  # fmt: skip
+def test_narrow_rows_several_per_program(shape, dtype):
+    """Narrow rows go BLOCK_M at a time (a [BLOCK_M, BLOCK_N] tile): M not a multiple of BLOCK_M,
+    and backward chunks that end inside a tile, must leave the masked rows out."""
+    n = shape[-1]
+    assert launch.rows_per_tile("rmsnorm_fwd_kernel", launch.block_size(n)) > 1
+    rows = shape[0] if len(shape) == 2 else shape[0] * shape[1]
+    assert rows % launch.rows_per_tile("rmsnorm_bwd_kernel", launch.block_size(n)) != 0
+    inputs = make_inputs(shape, dtype, DEVICE)
+    result = check_backend(get_backend("triton"), rmsnorm, inputs)
+    assert result.passed, result.summary()
+
+
+@pytest.mark.parametrize(
     "make_args, error, match",
     [
         (lambda x, w: (x, w[:-1], 1e-6), ValueError, r"weight: expected shape \(256,\)"),
@@ -137,3 +154,26 @@ def test_autotuned_launch_matches_the_oracle(monkeypatch):
             get_backend("triton"), rmsnorm, make_inputs(shape, torch.bfloat16, DEVICE)
         )
         assert result.passed, result.summary()
+
+
+@pytest.mark.parametrize("kernel_name", ["rmsnorm_fwd_kernel", "rmsnorm_bwd_kernel"])
+def test_autotune_space_has_configs_for_every_single_tile_width(kernel_name):
+    """The tuner's pruned space (CPU-checkable: it is plain Python) is never empty, holds whole
+    rows per tile within MAX_TILE elements, and takes narrow rows several at a time."""
+    prune = launch._prune_tiles(kernel_name)
+    configs = launch._configs(kernel_name)
+    widest = (
+        launch.SINGLE_TILE_MAX_N if kernel_name == "rmsnorm_fwd_kernel"
+        else launch.BACKWARD_SINGLE_TILE_MAX_N
+    )  # fmt: skip
+    x = torch.empty(0)
+    for log_n in range(0, widest.bit_length()):
+        block_n = 2**log_n
+        kept = prune(configs, {"M": 1 << 20, "X": x}, BLOCK_N=block_n)
+        assert kept, f"N={block_n}: no config left"
+        for config in kept:
+            tile = config.kwargs["BLOCK_M"] * block_n
+            assert tile <= launch.MAX_TILE
+            assert config.kwargs["BLOCK_M"] >= launch.rows_per_tile(kernel_name, block_n)
+        if block_n <= 256:
+            assert min(c.kwargs["BLOCK_M"] for c in kept) > 1

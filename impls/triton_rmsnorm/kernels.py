@@ -11,8 +11,9 @@ the storage dtype and writes it (the new residual stream), then normalizes that 
 the unfused code would. The backward then reads h in place of x, and with HAS_DH_OUT adds the
 gradient arriving on h to dx (which is also the residual's gradient).
 
-The single-tile kernels hold one row in one tile (BLOCK_N = next_power_of_2(N) elements in
-registers) and serve rows up to launch.SINGLE_TILE_MAX_N (forward) and
+The single-tile kernels hold whole rows in one [BLOCK_M, BLOCK_N] tile (BLOCK_N =
+next_power_of_2(N); BLOCK_M rows at a time, 1 for wide rows, more for narrow ones, so that each
+program moves enough bytes) and serve rows up to launch.SINGLE_TILE_MAX_N (forward) and
 launch.BACKWARD_SINGLE_TILE_MAX_N (backward); the looped kernels at the end of this file serve
 wider rows. Row offsets are computed in int64, so M * N may exceed 2**31; column indices
 are int32.
@@ -26,7 +27,7 @@ import triton.language as tl
 def rmsnorm_fwd_kernel(
     X,  # [M, N] input, rows strided by stride_x_row, last dim contiguous
     W,  # [N] weight
-    Y,  # [M, N] output, contiguous, in the caller's output dtype
+    Y,  # [M, N] output, in the caller's output dtype
     RSTD,  # [M] fp32: 1 / sqrt(mean(x^2) + eps), saved for the backward
     R,  # [M, N] residual (HAS_RESIDUAL only)
     H,  # [M, N] output h = x + r, dtype of X (HAS_RESIDUAL only)
@@ -34,31 +35,36 @@ def rmsnorm_fwd_kernel(
     stride_y_row,
     stride_r_row,
     stride_h_row,
+    M,
     N,
     eps,
     offset,  # added to the weight: 0.0, or 1.0 for Gemma
+    BLOCK_M: tl.constexpr,  # rows per program (1 for wide rows, more for narrow ones)
     BLOCK_N: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
 ):
-    """One program per row: read x (and r) once, write y (and h) once, write one fp32 rstd."""
-    row = tl.program_id(0).to(tl.int64)
+    """BLOCK_M whole rows per program: read x (and r) once, write y (and h) once, one fp32 rstd
+    per row. With BLOCK_M = 1 this is the seed design, one program per row."""
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
-    mask = cols < N
+    row_mask = rows < M
+    col_mask = cols < N
+    mask = row_mask[:, None] & col_mask[None, :]
 
-    x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0)
+    x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
     if HAS_RESIDUAL:
-        r = tl.load(R + row * stride_r_row + cols, mask=mask, other=0.0)
+        r = tl.load(R + rows[:, None] * stride_r_row + cols[None, :], mask=mask, other=0.0)
         h = (x.to(tl.float32) + r.to(tl.float32)).to(H.dtype.element_ty)
-        tl.store(H + row * stride_h_row + cols, h, mask=mask)
+        tl.store(H + rows[:, None] * stride_h_row + cols[None, :], h, mask=mask)
         x = h
     x = x.to(tl.float32)
-    mean_sq = tl.sum(x * x, axis=0) / N
+    mean_sq = tl.sum(x * x, axis=1) / N
     rstd = 1.0 / tl.sqrt_rn(mean_sq + eps)
-    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
-    y = x * rstd * w
+    w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
+    y = x * rstd[:, None] * w[None, :]
 
-    tl.store(Y + row * stride_y_row + cols, y.to(Y.dtype.element_ty), mask=mask)
-    tl.store(RSTD + row, rstd)
+    tl.store(Y + rows[:, None] * stride_y_row + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
 @triton.jit
@@ -78,10 +84,12 @@ def rmsnorm_bwd_kernel(
     N,
     rows_per_program,
     offset,
+    BLOCK_M: tl.constexpr,  # rows per step: more bytes in flight for narrow rows
     BLOCK_N: tl.constexpr,
     HAS_DH_OUT: tl.constexpr,
 ):
-    """Each program walks a contiguous chunk of rows and owns one fp32 dw accumulator.
+    """Each program walks a contiguous chunk of rows, BLOCK_M rows per step, and owns one fp32
+    dw accumulator.
 
     With x_hat = x * rstd and g = (offset + w) * dy:
         dx = rstd * (g - x_hat * mean(g * x_hat))
@@ -91,30 +99,42 @@ def rmsnorm_bwd_kernel(
     """
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
-    mask = cols < N
+    col_mask = cols < N
 
-    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
-    dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
+    dw_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
 
     # int64 row indices: row * stride may pass 2**31 for large M * N.
     row_start = pid.to(tl.int64) * rows_per_program
     row_end = tl.minimum(row_start + rows_per_program, M)
-    for row in range(row_start, row_end):
-        x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + row * stride_dy_row + cols, mask=mask, other=0.0).to(tl.float32)
-        rstd = tl.load(RSTD + row)
+    for block_start in range(row_start, row_end, BLOCK_M):
+        rows = block_start + tl.arange(0, BLOCK_M)
+        row_mask = rows < row_end
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
+        dy = tl.load(DY + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0)
+        x = x.to(tl.float32)
+        dy = dy.to(tl.float32)
+        rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
 
-        x_hat = x * rstd
-        g = w * dy
-        mean_gx = tl.sum(g * x_hat, axis=0) / N
-        dx = (g - x_hat * mean_gx) * rstd
+        x_hat = x * rstd[:, None]
+        g = w[None, :] * dy
+        mean_gx = tl.sum(g * x_hat, axis=1) / N
+        dx = (g - x_hat * mean_gx[:, None]) * rstd[:, None]
         if HAS_DH_OUT:
-            dx += tl.load(DH_OUT + row * stride_dh_row + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(DX + row * stride_dx_row + cols, dx.to(DX.dtype.element_ty), mask=mask)
+            dh = tl.load(
+                DH_OUT + rows[:, None] * stride_dh_row + cols[None, :], mask=mask, other=0.0
+            )
+            dx += dh.to(tl.float32)
+        tl.store(
+            DX + rows[:, None] * stride_dx_row + cols[None, :],
+            dx.to(DX.dtype.element_ty),
+            mask=mask,
+        )
 
         dw_acc += dy * x_hat
 
-    tl.store(DW_PARTIAL + pid.to(tl.int64) * N + cols, dw_acc, mask=mask)
+    tl.store(DW_PARTIAL + pid.to(tl.int64) * N + cols, tl.sum(dw_acc, axis=0), mask=col_mask)
 
 
 # ---- wide rows: N above what one tile holds in registers --------------------------------------

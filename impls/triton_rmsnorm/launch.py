@@ -38,6 +38,16 @@ MAX_N = 2**31 - 1
 
 NUM_WARPS_CHOICES = (1, 2, 4, 8, 16, 32)
 NUM_STAGES_CHOICES = (1, 2, 4)
+ROWS_PER_TILE_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+#: Rows per program (BLOCK_M) of the single-tile kernels: the tile holds about this many elements
+#: (tuning tries this and twice this), so narrow rows are taken several at a time; rows of
+#: TILE_TARGET or more elements go one per tile. Per-thread element counts outside a range keep
+#: the autotuner from compiling configs that only spill or idle.
+TILE_TARGET = {"rmsnorm_fwd_kernel": 4096, "rmsnorm_bwd_kernel": 4096}
+_ELEMENTS_PER_THREAD = {"rmsnorm_fwd_kernel": (4, 64), "rmsnorm_bwd_kernel": (8, 32)}
+#: The largest tile a single-tile program holds: [BLOCK_M, BLOCK_N] elements.
+MAX_TILE = 65536
 
 #: Backward programs under the interpreter (no SM count there); > 1 so the partial-dw reduction
 #: is exercised by CPU tests.
@@ -49,12 +59,52 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def _configs() -> list[triton.Config]:
+def rows_per_tile(kernel_name: str, block_n: int) -> int:
+    """The heuristic BLOCK_M: whole rows per tile, about TILE_TARGET elements (at least 1 row,
+    at most the largest tuning choice)."""
+    return max(1, min(ROWS_PER_TILE_CHOICES[-2], TILE_TARGET[kernel_name] // block_n))
+
+
+def _configs(kernel_name: str) -> list[triton.Config]:
+    # Loop-free kernels compile to the same code for every num_stages: tune warps only there.
+    stages = (1,) if kernel_name == "rmsnorm_fwd_kernel" else NUM_STAGES_CHOICES
+    rows = ROWS_PER_TILE_CHOICES if kernel_name in TILE_TARGET else (None,)
     return [
-        triton.Config({}, num_warps=warps, num_stages=stages)
+        triton.Config({} if m is None else {"BLOCK_M": m}, num_warps=warps, num_stages=st)
+        for m in rows
         for warps in NUM_WARPS_CHOICES
-        for stages in NUM_STAGES_CHOICES
+        for st in stages
     ]
+
+
+def _prune_tiles(kernel_name: str):
+    """Keep the tiles of BLOCK_M in {h, 2h} rows (h = rows_per_tile) with a sensible number of
+    elements per thread; the forward drops 2h when it would leave fewer than 2 programs per SM."""
+    low, high = _ELEMENTS_PER_THREAD[kernel_name]
+
+    def prune(configs, named_args, **kwargs):
+        block_n = kwargs["BLOCK_N"]
+        h = rows_per_tile(kernel_name, block_n)
+        candidates = {h}
+        if 2 * h * block_n <= MAX_TILE:
+            candidates.add(2 * h)
+        if kernel_name == "rmsnorm_fwd_kernel" and len(candidates) > 1:
+            m, device = named_args["M"], named_args["X"].device
+            if triton.cdiv(m, 2 * h) < 2 * _programs_cap(device):
+                candidates = {h}
+        kept = [
+            c
+            for c in configs
+            if c.kwargs["BLOCK_M"] in candidates
+            and low <= c.kwargs["BLOCK_M"] * block_n / (32 * c.num_warps) <= high
+        ]
+        if kept:
+            return kept
+        # a tile too small for even one warp at the low end: the fewest warps
+        fewest = min(c.num_warps for c in configs)
+        return [c for c in configs if c.kwargs["BLOCK_M"] == h and c.num_warps == fewest]
+
+    return prune
 
 
 #: Autotune keys: N, plus the feature switches that change a kernel's work (each variant gets its
@@ -68,10 +118,26 @@ _TUNING_KEYS = {
 }
 
 
+def _tuning_bench(kernel_call, quantiles):
+    """Each config timed for ~25 ms after a 5 ms warm-up: enough for a memory-bound kernel of
+    tens of microseconds, and a fifth of Triton's default cost per config."""
+    import triton.testing
+
+    return triton.testing.do_bench(kernel_call, warmup=5, rep=25, quantiles=quantiles)
+
+
 @functools.cache
 def _autotuned(kernel_name: str):
     kernel = getattr(kernels, kernel_name)
-    return triton.autotune(configs=_configs(), key=_TUNING_KEYS[kernel_name])(kernel)
+    prune = (
+        {"early_config_prune": _prune_tiles(kernel_name)} if kernel_name in TILE_TARGET else None
+    )
+    return triton.autotune(
+        configs=_configs(kernel_name),
+        key=_TUNING_KEYS[kernel_name],
+        prune_configs_by=prune,
+        do_bench=_tuning_bench,
+    )(kernel)
 
 
 def autotuning() -> bool:
@@ -79,21 +145,48 @@ def autotuning() -> bool:
     return not interpreting() and os.environ.get("RMSNORM_TRITON_AUTOTUNE", "1") != "0"
 
 
-def heuristic_num_warps(block_n: int) -> int:
-    """Warps for a tile of block_n elements when not autotuning: ~256 elements per warp."""
-    return max(1, min(32, block_n // 256))
+def heuristic_num_warps(tile: int) -> int:
+    """Warps for a tile of that many elements when not autotuning: ~256 elements per warp."""
+    return max(1, min(32, tile // 256))
 
 
-def _launch(kernel_name: str, grid: tuple[int, ...], *args, **kwargs) -> None:
+#: (kernel, dtypes, N, launch switches) -> the autotuner's choice as launch keywords; after the
+#: first call for a key, launches skip the autotuner's per-call dispatch (host time).
+_TUNED: dict[tuple, dict] = {}
+
+
+def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> None:
     """Autotuned on a GPU; one fixed configuration under the interpreter, which cannot time.
 
+    grid: a tuple, or a function of the launch meta-parameters (BLOCK_M is chosen by the tuner).
+    dtypes: the dtypes of the kernel's tensors that vary (with N and kwargs, the tuning key).
     Triton launches on the current CUDA device: the caller makes it x's device (_on_device).
     """
+    kernel = getattr(kernels, kernel_name)
     if autotuning():
-        _autotuned(kernel_name)[grid](*args, **kwargs)
-    else:
-        warps = 4 if interpreting() else heuristic_num_warps(kwargs["BLOCK_N"])
-        getattr(kernels, kernel_name)[grid](*args, **kwargs, num_warps=warps)
+        key = (kernel_name, dtypes, *kwargs.values(), args[_N_POSITION[kernel_name]])
+        config = _TUNED.get(key)
+        if config is None:
+            tuner = _autotuned(kernel_name)
+            tuner[grid](*args, **kwargs)
+            best = tuner.best_config
+            _TUNED[key] = {
+                **best.kwargs,
+                "num_warps": best.num_warps,
+                "num_stages": best.num_stages,
+            }
+        else:
+            kernel[grid](*args, **kwargs, **config)
+        return
+    if kernel_name in TILE_TARGET:
+        kwargs["BLOCK_M"] = rows_per_tile(kernel_name, kwargs["BLOCK_N"])
+    tile = kwargs.get("BLOCK_M", 1) * kwargs["BLOCK_N"]
+    warps = 4 if interpreting() else heuristic_num_warps(tile)
+    kernel[grid](*args, **kwargs, num_warps=warps)
+
+
+#: Where N sits among each kernel's positional arguments (part of the tuning key).
+_N_POSITION = {name: getattr(kernels, name).arg_names.index("N") for name in _TUNING_KEYS}
 
 
 @functools.cache
@@ -165,14 +258,21 @@ def rmsnorm_forward(
     if m == 0:
         return y, rstd, h
     r_arg, h_arg = (x, x) if residual is None else (residual, h)
-    args = (
-        x, weight, y, rstd, r_arg, h_arg,
-        x.stride(0), y.stride(0), r_arg.stride(0), h_arg.stride(0), n, eps, offset,
-    )  # fmt: skip
-    name, block = ("rmsnorm_fwd_looped_kernel", WIDE_BLOCK_N) if forward_is_looped(n) else (
-        "rmsnorm_fwd_kernel", block_size(n))  # fmt: skip
+    strides = (x.stride(0), y.stride(0), r_arg.stride(0), h_arg.stride(0))
+    has_residual = residual is not None
+    dtypes = (x.dtype, weight.dtype, y.dtype)
     with _on_device(x):
-        _launch(name, (m,), *args, BLOCK_N=block, HAS_RESIDUAL=residual is not None)
+        if forward_is_looped(n):
+            _launch(
+                "rmsnorm_fwd_looped_kernel", (m,), x, weight, y, rstd, r_arg, h_arg, *strides,
+                n, eps, offset, dtypes=dtypes, BLOCK_N=WIDE_BLOCK_N, HAS_RESIDUAL=has_residual,
+            )  # fmt: skip
+        else:
+            _launch(
+                "rmsnorm_fwd_kernel", lambda meta: (triton.cdiv(m, meta["BLOCK_M"]),),
+                x, weight, y, rstd, r_arg, h_arg, *strides, m, n, eps, offset,
+                dtypes=dtypes, BLOCK_N=block_size(n), HAS_RESIDUAL=has_residual,
+            )  # fmt: skip
     return y, rstd, h
 
 
@@ -216,7 +316,8 @@ def _backward_launch(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) 
         "rmsnorm_bwd_kernel", (programs,),
         x, weight, dy, rstd, dx, dw_partial, dh_arg,
         x.stride(0), dy.stride(0), dx.stride(0), dh_arg.stride(0), m, n, rows_per_program,
-        offset, BLOCK_N=block_size(n), HAS_DH_OUT=has_dh_out,
+        offset, dtypes=(x.dtype, weight.dtype, dy.dtype, dh_arg.dtype),
+        BLOCK_N=block_size(n), HAS_DH_OUT=has_dh_out,
     )  # fmt: skip
     return dw_partial
 
@@ -227,7 +328,7 @@ def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) ->
     _launch(
         "rmsnorm_bwd_row_dot_kernel", (m,),
         x, weight, dy, rstd, mean_gx, x.stride(0), dy.stride(0), n, offset,
-        BLOCK_N=WIDE_BLOCK_N,
+        dtypes=(x.dtype, weight.dtype, dy.dtype), BLOCK_N=WIDE_BLOCK_N,
     )  # fmt: skip
     col_blocks = triton.cdiv(n, WIDE_BLOCK_N)
     row_groups = max(1, min(m, _programs_cap(x.device) // col_blocks))
@@ -238,6 +339,7 @@ def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) ->
         "rmsnorm_bwd_columns_kernel", (col_blocks, row_groups),
         x, weight, dy, rstd, mean_gx, dx, dw_partial, dh_arg,
         x.stride(0), dy.stride(0), dx.stride(0), dh_arg.stride(0), m, n, rows_per_group, offset,
-        BLOCK_N=WIDE_BLOCK_N, HAS_DH_OUT=has_dh_out,
+        dtypes=(x.dtype, weight.dtype, dy.dtype, dh_arg.dtype), BLOCK_N=WIDE_BLOCK_N,
+        HAS_DH_OUT=has_dh_out,
     )  # fmt: skip
     return dw_partial

@@ -1,0 +1,140 @@
+"""python -m harness.overhead: each backend's per-call host overhead, in microseconds.
+
+At small shapes the host, not the GPU, sets the pace (Python, argument checks, autograd, the
+launch path), which is what decides host-inclusive rankings there. Measured directly: `calls`
+back-to-back calls on a shape whose kernels take a few microseconds, timed on the host's clock
+with one synchronize at the end; per call = wall time / calls. While the host is slower than the
+GPU the launch queue never drains, so that is host time; the device-only time of the same call
+is printed beside it, and a row whose host time is not clearly above it is marked gpu-bound
+(then the host figure is only an upper bound).
+
+For our kernel it also splits the cost: the launcher alone (no autograd, no checks) and the op
+under torch.no_grad (checks, no autograd), beside the full training-mode call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+#: Below this ratio of host to device time per call, the GPU may be what sets the pace.
+GPU_BOUND_RATIO = 1.2
+
+
+def host_us_per_call(call, calls: int) -> float:
+    """Wall-clock microseconds per call over `calls` back-to-back calls (after a warm-up)."""
+    for _ in range(20):
+        call()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def _device_us(call) -> float:
+    from harness import timing
+
+    stream = torch.cuda.Stream()
+    timing.warm_up([call], stream)
+    return timing.time_device([call], stream).ms * 1e3
+
+
+def _variants(backend, fn, inputs):
+    """(label, mode, call) triples: the public call in both modes, plus our kernel's split."""
+    from harness.run import _backward_call, _forward_calls
+
+    forwards, leaves = _forward_calls(backend, fn, [inputs])
+    forward = forwards[0]
+    yield backend.name, "fwd", forward
+    if backend.has_backward:
+        yield backend.name, "bwd", _backward_call(backend, forward(), leaves[0], inputs)
+    if backend.name == "triton":
+        from impls.triton_rmsnorm import launch, rmsnorm
+
+        x, w, eps = inputs.x, inputs.weight, inputs.eps
+
+        def no_grad_call():
+            with torch.no_grad():
+                return rmsnorm(x, w, eps)
+
+        yield "triton (torch.no_grad)", "fwd", no_grad_call
+        yield "triton (launcher only)", "fwd", lambda: launch.rmsnorm_forward(x, w, eps)
+
+
+def measure(backends, shape, dtype, calls: int) -> list[dict]:
+    from harness.inputs import make_inputs
+
+    rows = []
+    for backend in backends:
+        reason = backend.skip_reason(shape, dtype, "cuda")
+        if reason:
+            rows.append({"backend": backend.name, "status": "skipped", "reason": reason})
+            continue
+        try:
+            fn = backend.build()
+            inputs = make_inputs(shape, dtype, torch.device("cuda"))
+            for label, mode, call in _variants(backend, fn, inputs):
+                host = host_us_per_call(call, calls)
+                device = _device_us(call) if mode == "fwd" or backend.graph_capturable_backward \
+                    else None  # fmt: skip
+                rows.append({
+                    "backend": label, "mode": mode, "status": "ok", "host_us": host,
+                    "device_us": device,
+                    "gpu_bound": device is not None and host < GPU_BOUND_RATIO * device,
+                })  # fmt: skip
+        except Exception as exc:  # one failing backend never ends the run
+            torch.cuda.synchronize()
+            rows.append({"backend": backend.name, "status": "error", "reason": repr(exc)[:300]})
+    return rows
+
+
+def _table(rows: list[dict]) -> str:
+    from tabulate import tabulate
+
+    body = []
+    for r in rows:
+        if r["status"] != "ok":
+            body.append([r["backend"], "", f"{r['status']}: {r['reason']}", "", ""])
+            continue
+        device = "n/a (not capturable)" if r["device_us"] is None else f"{r['device_us']:.1f}"
+        body.append([r["backend"], r["mode"], f"{r['host_us']:.1f}", device,
+                     "gpu-bound" if r["gpu_bound"] else ""])  # fmt: skip
+    return tabulate(body, headers=["backend", "mode", "host us/call", "device us/call", ""])
+
+
+def main(argv: list[str] | None = None) -> int:
+    from harness import provenance
+    from harness.shapes import parse_shape
+    from impls import select_backends
+
+    p = argparse.ArgumentParser(prog="python -m harness.overhead", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--backends", nargs="+", metavar="NAME", help="default: every rmsnorm backend")
+    p.add_argument("--shape", default="512x2048", help="a small MxN (default 512x2048)")
+    p.add_argument("--dtype", default="bf16", choices=["fp16", "bf16", "fp32"])
+    p.add_argument("--calls", type=int, default=2000, help="back-to-back calls per timing")
+    p.add_argument("--out", type=Path, default=None, help="also write the rows as JSON")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("harness.overhead measures launch overhead on a CUDA GPU; none is visible here.")
+        return 1
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
+    shape = parse_shape(args.shape)
+    rows = measure(select_backends(args.backends, "rmsnorm"), shape, dtype, args.calls)
+    info = provenance.collect()
+    print(f"per-call host overhead, {args.shape} {args.dtype}, {args.calls} calls, "
+          f"{info.get('gpu') or 'GPU'}\n{_table(rows)}")  # fmt: skip
+    if args.out:
+        record = {"provenance": info, "shape": list(shape), "dtype": args.dtype, "rows": rows}
+        args.out.write_text(json.dumps(record, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
