@@ -27,19 +27,43 @@ QUANTITIES = {
 }
 
 
+#: The CUDA caching allocator serves requests up to this size from its small pool (2 MiB segments).
+_SMALL_POOL_MAX = 1 << 20
+
+
 def poison_free_memory(device: torch.device, nbytes: int) -> None:
-    """Fill memory the CUDA caching allocator will hand out next with NaN bytes (0xFF).
+    """Fill every block the CUDA caching allocator may hand out next with NaN bytes (0xFF).
 
     A backend that allocates its output and leaves elements unwritten then returns NaN there,
-    which the comparison rejects. On the CPU the allocator gives no such guarantee; CPU checks
-    rely on the comparison alone.
+    which the comparison rejects. The allocator picks the smallest free cached block that fits,
+    and free blocks also sit inside partly used segments, so one poisoned block is not enough:
+    every free block is taken (smallest first, each at its exact size, so best fit hands out
+    that very block), filled and given back, plus one new block of nbytes for outputs that need
+    fresh memory. On the CPU the allocator gives no such guarantee; CPU checks rely on the
+    comparison alone.
     """
     if device.type != "cuda" or nbytes <= 0:
         return
-    torch.cuda.empty_cache()  # no other cached block to hand out before the poisoned one
-    block = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    block.fill_(0xFF)
-    del block
+    torch.cuda.empty_cache()  # fully free segments go back to the driver; the rest is poisoned
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    held = [torch.empty(nbytes, dtype=torch.uint8, device=device)]
+    sizes = []
+    for segment in torch.cuda.memory_snapshot():
+        if segment["device"] != index:
+            continue
+        for block in segment["blocks"]:
+            if block["state"] != "inactive":
+                continue
+            size = block["size"]
+            if segment["segment_type"] == "small":  # only requests <= 1 MiB reach these
+                sizes += [_SMALL_POOL_MAX] * (size // _SMALL_POOL_MAX)
+                size %= _SMALL_POOL_MAX
+            if size:
+                sizes.append(size)
+    held += [torch.empty(size, dtype=torch.uint8, device=device) for size in sorted(sizes)]
+    for block in held:
+        block.fill_(0xFF)
+    del held
 
 
 @dataclass(frozen=True)
@@ -157,9 +181,14 @@ def _check_add_rmsnorm(backend: Backend, fn, inputs: Inputs, *, backward: bool) 
             w = w_in.detach().requires_grad_(do_backward)
             poison_free_memory(x.device, 4 * x.numel() * x.element_size())
             y, h = fn(x, r, w, inputs.eps)
+            # y is judged against the exact value of what this backend normalizes (Backend doc)
+            normalized = (
+                h.detach() if backend.add_normalizes == "stored_sum"
+                else x_t.to(torch.float64) + r_t.to(torch.float64)
+            )  # fmt: skip
             ref = reference_residual(
                 x_t, r_t, w_in, inputs.eps, dy if do_backward else None,
-                dh if do_backward else None, normalized=h.detach(),
+                dh if do_backward else None, normalized=normalized,
             )  # fmt: skip
             reports.append(compare("h" + suffix, h, ref.h, dtype, RESIDUAL_SUM_TOLERANCE, 1))
             reports.append(compare("y" + suffix, y, ref.y, dtype, tolerances["y"], n))

@@ -42,7 +42,12 @@ def _device_us(call) -> float:
 
     stream = torch.cuda.Stream()
     timing.warm_up([call], stream)
-    return timing.time_device([call], stream).ms * 1e3
+    try:
+        return timing.time_device([call], stream).ms * 1e3
+    except Exception:  # the first backward capture of a process can fail: retry once (as run.py)
+        torch.cuda.synchronize()
+        timing.warm_up([call], stream, rounds=1)
+        return timing.time_device([call], stream).ms * 1e3
 
 
 def _variants(backend, fn, inputs):
@@ -79,18 +84,24 @@ def measure(backends, shape, dtype, calls: int) -> list[dict]:
         try:
             fn = backend.build()
             inputs = make_inputs(shape, dtype, torch.device("cuda"))
-            for label, mode, call in _variants(backend, fn, inputs):
-                host = host_us_per_call(call, calls)
-                device = _device_us(call) if mode == "fwd" or backend.graph_capturable_backward \
-                    else None  # fmt: skip
-                rows.append({
-                    "backend": label, "mode": mode, "status": "ok", "host_us": host,
-                    "device_us": device,
-                    "gpu_bound": device is not None and host < GPU_BOUND_RATIO * device,
-                })  # fmt: skip
+            variants = list(_variants(backend, fn, inputs))
         except Exception as exc:  # one failing backend never ends the run
-            torch.cuda.synchronize()
-            rows.append({"backend": backend.name, "status": "error", "reason": repr(exc)[:300]})
+            rows.append({"backend": backend.name, "status": "error", "reason": repr(exc)[:200]})
+            continue
+        for label, mode, call in variants:
+            try:
+                host = host_us_per_call(call, calls)
+                capturable = mode == "fwd" or backend.graph_capturable_backward
+                device = _device_us(call) if capturable else None
+            except Exception as exc:
+                torch.cuda.synchronize()
+                rows.append({"backend": label, "mode": mode, "status": "error",
+                             "reason": repr(exc)[:200]})  # fmt: skip
+                continue
+            rows.append({
+                "backend": label, "mode": mode, "status": "ok", "host_us": host,
+                "device_us": device, "gpu_bound": device is not None and host < GPU_BOUND_RATIO * device,
+            })  # fmt: skip
     return rows
 
 
@@ -100,7 +111,9 @@ def _table(rows: list[dict]) -> str:
     body = []
     for r in rows:
         if r["status"] != "ok":
-            body.append([r["backend"], "", f"{r['status']}: {r['reason']}", "", ""])
+            body.append(
+                [r["backend"], r.get("mode", ""), f"{r['status']}: {r['reason'][:60]}", "", ""]
+            )
             continue
         device = "n/a (not capturable)" if r["device_us"] is None else f"{r['device_us']:.1f}"
         body.append([r["backend"], r["mode"], f"{r['host_us']:.1f}", device,

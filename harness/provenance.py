@@ -31,9 +31,13 @@ def _version(package: str) -> str | None:
 def collect() -> dict:
     info: dict = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        # A copy without .git (the GPU machine gets one) names its commit in the environment.
-        "commit": _git("rev-parse", "--short=12", "HEAD") or os.environ.get("RMSNORM_BENCH_COMMIT"),
-        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        # A copy whose .git is missing or stale (the GPU machine's) names its commit in the
+        # environment, which wins over git.
+        "commit": os.environ.get("RMSNORM_BENCH_COMMIT") or _git("rev-parse", "--short=12", "HEAD"),
+        # Unknown (None) when the commit comes from the environment: that copy's git cannot tell.
+        "dirty": None
+        if os.environ.get("RMSNORM_BENCH_COMMIT")
+        else bool(_git("status", "--porcelain", "--untracked-files=no")),
         "python": platform.python_version(),
         "versions": {p: _version(p) for p in _PACKAGES},
         "cuda": torch.version.cuda,

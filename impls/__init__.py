@@ -70,6 +70,10 @@ class Backend:
         harness then times it host-inclusive only and marks the row.
     unavailable: returns None when the backend can run here, else the reason (and how to fix).
     unsupported: returns None when this (shape, dtype, device) case can run, else the reason.
+    add_normalizes: add_rmsnorm only: what y normalizes. "stored_sum": h = x + r as stored (rounded
+        to x's dtype), as the unfused code does; "exact_sum": x + r before that rounding (QuACK's
+        definition). The oracle judges each backend against the exact value of its own
+        definition; the tables say which one a backend uses.
     """
 
     name: str
@@ -84,6 +88,13 @@ class Backend:
     unsupported: Callable[[Sequence[int], torch.dtype, str], str | None] = field(
         default=_supports_everything
     )
+    add_normalizes: str = "stored_sum"
+
+    def __post_init__(self) -> None:
+        if self.add_normalizes not in ("stored_sum", "exact_sum"):
+            raise ValueError(
+                f"add_normalizes: expected 'stored_sum' or 'exact_sum', got {self.add_normalizes!r}"
+            )
 
     def skip_reason(self, shape: Sequence[int], dtype: torch.dtype, device: str) -> str | None:
         """Why this backend cannot run this case here, or None when it can."""

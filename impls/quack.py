@@ -74,11 +74,13 @@ BACKENDS = (
     ),
     Backend(
         name="quack-add",
-        label="QuACK residual + RMSNorm (prenorm)",
+        label="QuACK residual + RMSNorm (prenorm; normalizes the unrounded x + r)",
         build=_build_add,
         numerics="fused_fp32",
         own_backward=True,
         op="add_rmsnorm",
+        # quack.rmsnorm.rmsnorm_ref: y = RMSNorm(x_f32 + r_f32); h is rounded only for storage.
+        add_normalizes="exact_sum",
         graph_capturable_backward=False,
         unavailable=_unavailable,
         unsupported=_unsupported,

@@ -94,12 +94,19 @@ def test_faster_than_the_copy_ceiling_is_flagged_suspect():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the caching allocator is CUDA's")
-def test_poisoned_memory_reaches_the_next_allocation():
+@pytest.mark.parametrize("numel", [1 << 12, 1 << 18, 3 << 20], ids=["8KiB", "512KiB", "6MiB"])
+def test_poisoned_memory_reaches_the_next_allocation(numel):
     """On CUDA, what a backend allocates right after poisoning reads NaN until written, so an
-    unwritten output element cannot pass the oracle by luck."""
+    unwritten output element cannot pass the oracle by luck, even when the allocator's pools
+    hold free blocks of finite stale values inside partly used segments."""
     from harness.checks import poison_free_memory
 
-    torch.cuda.empty_cache()
-    poison_free_memory(torch.device("cuda"), 1 << 20)
-    fresh = torch.empty(1 << 18, dtype=torch.bfloat16, device="cuda")
+    # Fragment both pools: holes of finite values between blocks still in use.
+    blocks = [torch.full((size,), 1.0, dtype=torch.bfloat16, device="cuda")
+              for size in (1 << 11, 1 << 12, 1 << 17, 1 << 18, 3 << 20, 1 << 22) * 3]  # fmt: skip
+    keep = blocks[::2]
+    del blocks
+    poison_free_memory(torch.device("cuda"), 4 * numel)  # as the harness: more than the output
+    fresh = torch.empty(numel, dtype=torch.bfloat16, device="cuda")
     assert torch.isnan(fresh).all()
+    del keep

@@ -6,6 +6,7 @@ import torch
 
 from harness.checks import check_backend
 from harness.inputs import LARGE_EPS, make_inputs
+from impls import Backend
 from tests.conftest import DEVICE
 from tests.negative_controls import (
     COMPUTES_IN_HALF,
@@ -75,3 +76,25 @@ def test_rejects_skipped_rows_in_the_forward_alone():
 def test_rejects_low_precision_compute():
     """fp16 statistics for an fp32 tensor: far outside fp32's bound."""
     _fails(COMPUTES_IN_HALF, (32, 1024), torch.float32)
+
+
+def _normalizes_exact_sum(x, residual, weight, eps):
+    """Pre-norm add that normalizes x + r before rounding (QuACK's definition), in fp64."""
+    s = x.double() + residual.double()
+    y = s * torch.rsqrt(s.square().mean(-1, keepdim=True) + eps) * weight.double()
+    return y.to(x.dtype), s.to(x.dtype)
+
+
+def test_add_rmsnorm_is_judged_by_the_sum_it_declares_it_normalizes():
+    """The exact-sum definition passes when declared and fails when the backend claims to
+    normalize the stored (rounded) h: the two differ by more than half an ulp in bf16."""
+    from dataclasses import replace
+
+    declared = Backend(name="exact-sum", label="exact-sum", build=lambda: _normalizes_exact_sum,
+                       numerics="fused_fp32", own_backward=False, op="add_rmsnorm",
+                       add_normalizes="exact_sum")  # fmt: skip
+    inputs = make_inputs((64, 1024), torch.bfloat16, DEVICE, with_residual=True)
+    result = check_backend(declared, declared.build(), inputs, backward=False)
+    assert result.passed, result.summary()
+    claims_stored = replace(declared, add_normalizes="stored_sum")
+    assert "y: FAIL" in _fails(claims_stored, (64, 1024), torch.bfloat16, with_residual=True)

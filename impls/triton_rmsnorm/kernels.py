@@ -225,3 +225,29 @@ def rmsnorm_bwd_columns_kernel(
         tl.store(DX + row * stride_dx_row + cols, dx.to(DX.dtype.element_ty), mask=mask)
         dw_acc += dy * x_hat
     tl.store(DW_PARTIAL + row_group.to(tl.int64) * N + cols, dw_acc, mask=mask)
+
+
+# ---- dw: the partials' sum ---------------------------------------------------------------------
+
+
+@triton.jit
+def rmsnorm_dw_reduce_kernel(
+    DW_PARTIAL,  # [rows, N] fp32, one row per backward program
+    DW,  # [N] in the weight's dtype
+    rows,
+    N,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """dw = the partials summed over their rows, in fp32 and in a fixed order (bitwise
+    reproducible), rounded once to the weight's dtype: one launch where sum + cast took two."""
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    acc = tl.zeros([BLOCK_ROWS, BLOCK_N], dtype=tl.float32)
+    for start in range(0, rows, BLOCK_ROWS):
+        r = start + tl.arange(0, BLOCK_ROWS)
+        mask = (r < rows)[:, None] & col_mask[None, :]
+        acc += tl.load(
+            DW_PARTIAL + r[:, None].to(tl.int64) * N + cols[None, :], mask=mask, other=0.0
+        )
+    tl.store(DW + cols, tl.sum(acc, axis=0).to(DW.dtype.element_ty), mask=col_mask)

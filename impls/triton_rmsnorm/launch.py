@@ -33,6 +33,9 @@ SINGLE_TILE_MAX_N = 65536
 BACKWARD_SINGLE_TILE_MAX_N = 16384
 #: Chunk width of the looped (wide-row) kernels.
 WIDE_BLOCK_N = 4096
+#: The dw reduction's tile: 64 partial rows x 64 columns per step, one program per 64 columns.
+DW_REDUCE_BLOCK_ROWS = 64
+DW_REDUCE_BLOCK_N = 64
 #: Column indices are int32 inside the kernels.
 MAX_N = 2**31 - 1
 
@@ -289,8 +292,8 @@ def rmsnorm_backward(
     x is the normalized input (h, with a residual). dh_out, the gradient arriving on h, is
     added to dx, which is then also the residual's gradient.
 
-    Allocates dx, the [programs, N] fp32 partials (programs <= SM count) and, for wide rows, one
-    fp32 per row; nothing else.
+    Allocates dx, dw, the [programs, N] fp32 partials (programs <= SM count) and, for wide rows,
+    one fp32 per row; nothing else. dw is the partials' fp32 sum in a fixed order, rounded once.
     """
     _check_runnable(x)
     m, n = x.shape
@@ -298,9 +301,15 @@ def rmsnorm_backward(
     if m == 0:
         return dx, torch.zeros_like(weight)
     dh_arg = dy if dh_out is None else dh_out
+    dw = torch.empty_like(weight)
     with _on_device(x):
         dw_partial = _backward_launch(dy, x, weight, rstd, offset, dx, dh_arg, dh_out is not None)
-    return dx, dw_partial.sum(dim=0).to(weight.dtype)
+        rows = dw_partial.shape[0]
+        kernels.rmsnorm_dw_reduce_kernel[(triton.cdiv(n, DW_REDUCE_BLOCK_N),)](
+            dw_partial, dw, rows, n, BLOCK_ROWS=DW_REDUCE_BLOCK_ROWS, BLOCK_N=DW_REDUCE_BLOCK_N,
+            num_warps=4,
+        )  # fmt: skip
+    return dx, dw
 
 
 def _backward_launch(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) -> torch.Tensor:
