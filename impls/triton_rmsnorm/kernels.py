@@ -39,6 +39,7 @@ def rmsnorm_fwd_kernel(
     N,
     eps,
     offset,  # added to the weight: 0.0, or 1.0 for Gemma
+    ROWS_BUCKET,  # bit length of M: part of the autotuning key only, unused here
     BLOCK_M: tl.constexpr,  # rows per program (1 for wide rows, more for narrow ones)
     BLOCK_N: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
@@ -84,6 +85,7 @@ def rmsnorm_bwd_kernel(
     N,
     rows_per_program,
     offset,
+    ROWS_BUCKET,  # bit length of M: part of the autotuning key only, unused here
     BLOCK_M: tl.constexpr,  # rows per step: more bytes in flight for narrow rows
     BLOCK_N: tl.constexpr,
     HAS_DH_OUT: tl.constexpr,

@@ -111,11 +111,13 @@ def _prune_tiles(kernel_name: str):
 
 
 #: Autotune keys: N, plus the feature switches that change a kernel's work (each variant gets its
-#: own tuned config; Triton adds the tensors' dtypes itself).
+#: own tuned config; Triton adds the tensors' dtypes itself). The single-tile kernels also key on
+#: ROWS_BUCKET (M's bit length): their best tile and warps depend on how many rows there are, and a
+#: config tuned at M = 512 ran fp16 N = 2048 at half speed at M = 4096 (docs/perf-log.md, v3).
 _TUNING_KEYS = {
-    "rmsnorm_fwd_kernel": ["N", "HAS_RESIDUAL"],
+    "rmsnorm_fwd_kernel": ["N", "ROWS_BUCKET", "HAS_RESIDUAL"],
     "rmsnorm_fwd_looped_kernel": ["N", "HAS_RESIDUAL"],
-    "rmsnorm_bwd_kernel": ["N", "HAS_DH_OUT"],
+    "rmsnorm_bwd_kernel": ["N", "ROWS_BUCKET", "HAS_DH_OUT"],
     "rmsnorm_bwd_columns_kernel": ["N", "HAS_DH_OUT"],
     "rmsnorm_bwd_row_dot_kernel": ["N"],
 }
@@ -167,7 +169,12 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> None:
     """
     kernel = getattr(kernels, kernel_name)
     if autotuning():
-        key = (kernel_name, dtypes, *kwargs.values(), args[_N_POSITION[kernel_name]])
+        key = (
+            kernel_name,
+            dtypes,
+            *kwargs.values(),
+            *(args[i] for i in _KEY_POSITIONS[kernel_name]),
+        )
         config = _TUNED.get(key)
         if config is None:
             tuner = _autotuned(kernel_name)
@@ -188,8 +195,13 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> None:
     kernel[grid](*args, **kwargs, num_warps=warps)
 
 
-#: Where N sits among each kernel's positional arguments (part of the tuning key).
-_N_POSITION = {name: getattr(kernels, name).arg_names.index("N") for name in _TUNING_KEYS}
+#: Where the tuning key's runtime values (N, ROWS_BUCKET) sit among each kernel's arguments.
+_KEY_POSITIONS = {
+    name: tuple(
+        getattr(kernels, name).arg_names.index(k) for k in keys if k in ("N", "ROWS_BUCKET")
+    )
+    for name, keys in _TUNING_KEYS.items()
+}
 
 
 @functools.cache
@@ -273,7 +285,7 @@ def rmsnorm_forward(
         else:
             _launch(
                 "rmsnorm_fwd_kernel", lambda meta: (triton.cdiv(m, meta["BLOCK_M"]),),
-                x, weight, y, rstd, r_arg, h_arg, *strides, m, n, eps, offset,
+                x, weight, y, rstd, r_arg, h_arg, *strides, m, n, eps, offset, m.bit_length(),
                 dtypes=dtypes, BLOCK_N=block_size(n), HAS_RESIDUAL=has_residual,
             )  # fmt: skip
     return y, rstd, h
@@ -325,7 +337,7 @@ def _backward_launch(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) 
         "rmsnorm_bwd_kernel", (programs,),
         x, weight, dy, rstd, dx, dw_partial, dh_arg,
         x.stride(0), dy.stride(0), dx.stride(0), dh_arg.stride(0), m, n, rows_per_program,
-        offset, dtypes=(x.dtype, weight.dtype, dy.dtype, dh_arg.dtype),
+        offset, m.bit_length(), dtypes=(x.dtype, weight.dtype, dy.dtype, dh_arg.dtype),
         BLOCK_N=block_size(n), HAS_DH_OUT=has_dh_out,
     )  # fmt: skip
     return dw_partial
