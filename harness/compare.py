@@ -64,25 +64,40 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--from",
-        dest="from_file",
+        dest="from_files",
         type=Path,
+        nargs="+",
         default=None,
-        help="rank a stored results file (or pytest-benchmark JSON) without measuring",
+        metavar="FILE",
+        help="rank stored results files (or pytest-benchmark JSON) without measuring; each file "
+        "is one run and is ranked on its own",
     )
     p.add_argument("--per-shape", action="store_true", help="also print GB/s per shape")
-    p.add_argument("--plot", type=Path, default=None, help="write a bandwidth plot (PNG)")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        help="write a bandwidth plot (PNG); with several --from files, one per file, named "
+        "<plot stem>-<file stem>.png",
+    )
     p.add_argument(
         "--markdown",
         type=Path,
         default=None,
-        help="write a results page (provenance, ranked and per-shape tables)",
+        help="write a results page (provenance, ranked, per-shape and ours-vs-best-peer tables)",
+    )
+    p.add_argument(
+        "--notes",
+        type=Path,
+        default=None,
+        help="a hand-written markdown file appended to the --markdown page (e.g. target status)",
     )
     return p  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.from_file is None:
+    if args.from_files is None:
         import torch
 
         if not torch.cuda.is_available():
@@ -90,35 +105,52 @@ def main(argv: list[str] | None = None) -> int:
             os.environ.setdefault("TRITON_INTERPRET", "1")
     from harness import report, results
 
-    path = None
-    if args.from_file is not None:
-        provenance, ceiling, rows = results.load(args.from_file)
-        print(_header(provenance, ceiling, stored=str(args.from_file)))
+    runs = []  # (provenance, ceiling, rows, source): each one run, ranked on its own
+    if args.from_files is not None:
+        for path in args.from_files:
+            provenance, ceiling, rows = results.load(path)
+            runs.append((provenance, ceiling, rows, str(path)))
     else:
         provenance, ceiling, rows, path = _measure(args)
-        print(_header(provenance, ceiling, stored=None))
         print(f"rows written to {path}")
-    for op in report.ops_in(rows):
-        for mode in args.modes:
-            for timing in report.timings_of(rows, mode):
-                print(f"\n## {op} {mode}, {_timing_name(timing)}\n")
-                print(report.ranking_table(rows, mode, timing, op))
-                if args.per_shape:
-                    print()
-                    print(report.per_shape_table(rows, mode, timing, op))
-    if args.plot is not None:
-        report.plot(rows, str(args.plot), title=f"RMSNorm on {provenance.get('gpu') or 'CPU'}")
-        print(f"\nplot written to {args.plot}")
+        runs.append((provenance, ceiling, rows, str(path)))
+    plots = _plot_paths(args.plot, [source for *_, source in runs])
+    for (provenance, ceiling, rows, source), plot in zip(runs, plots, strict=True):
+        print(_header(provenance, ceiling, stored=source if args.from_files else None))
+        for op in report.ops_in(rows):
+            for mode in args.modes:
+                for timing in report.timings_of(rows, mode):
+                    print(f"\n## {op} {mode}, {_timing_name(timing)}\n")
+                    print(report.ranking_table(rows, mode, timing, op))
+                    if args.per_shape:
+                        print()
+                        print(report.per_shape_table(rows, mode, timing, op))
+        if plot is not None:
+            ops = report.ops_in(rows)
+            report.plot(rows, str(plot), title=f"{ops[0] if ops else 'RMSNorm'} on "
+                        f"{provenance.get('gpu') or 'CPU'}, {source}", op=ops[0] if ops else "rmsnorm")  # fmt: skip
+            print(f"\nplot written to {plot}")
+        print()
     if args.markdown is not None:
-        source = str(args.from_file or path)
-        plot = os.path.relpath(args.plot, args.markdown.parent) if args.plot else None
         command = "python -m harness.compare " + " ".join(
             argv if argv is not None else sys.argv[1:]
         )
-        page = report.markdown_page(provenance, ceiling, rows, source, plot, command)
+        notes = args.notes.read_text(encoding="utf-8") if args.notes else None
+        rel = [os.path.relpath(p, args.markdown.parent) if p else None for p in plots]
+        page = report.markdown_page(
+            [(*run, plot) for run, plot in zip(runs, rel, strict=True)], command, notes
+        )
         args.markdown.write_text(page + "\n", encoding="utf-8")
         print(f"results page written to {args.markdown}")
     return 0
+
+
+def _plot_paths(plot: Path | None, sources: list[str]) -> list[Path | None]:
+    if plot is None:
+        return [None] * len(sources)
+    if len(sources) == 1:
+        return [plot]
+    return [plot.with_name(f"{plot.stem}-{Path(s).stem}{plot.suffix or '.png'}") for s in sources]
 
 
 def _timing_name(timing: str) -> str:

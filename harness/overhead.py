@@ -37,17 +37,12 @@ def host_us_per_call(call, calls: int) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def _device_us(call) -> float:
-    from harness import timing
+def _device_us(backend, fn, mode: str, inputs) -> float:
+    """The harness's device-only time of the public call (run._time_mode: the backward's
+    forward runs on the capturing stream, so autograd replays it there)."""
+    from harness.run import _time_mode
 
-    stream = torch.cuda.Stream()
-    timing.warm_up([call], stream)
-    try:
-        return timing.time_device([call], stream).ms * 1e3
-    except Exception:  # the first backward capture of a process can fail: retry once (as run.py)
-        torch.cuda.synchronize()
-        timing.warm_up([call], stream, rounds=1)
-        return timing.time_device([call], stream).ms * 1e3
+    return _time_mode(backend, fn, mode, "device", [inputs]).ms * 1e3
 
 
 def _variants(backend, fn, inputs):
@@ -92,7 +87,8 @@ def measure(backends, shape, dtype, calls: int) -> list[dict]:
             try:
                 host = host_us_per_call(call, calls)
                 capturable = mode == "fwd" or backend.graph_capturable_backward
-                device = _device_us(call) if capturable else None
+                # the launcher-only and no_grad variants run the same kernels as the public call
+                device = _device_us(backend, fn, mode, inputs) if capturable else None
             except Exception as exc:
                 torch.cuda.synchronize()
                 rows.append({"backend": label, "mode": mode, "status": "error",
