@@ -48,7 +48,7 @@ def _check(shape, dtype, fn=rmsnorm):
 @pytest.mark.parametrize(
     "shape, dtype",
     [((64, 1024), torch.bfloat16), ((33, 4095), torch.float16), ((2, 9, 768), torch.float32),
-     ((3, SINGLE_TILE_MAX_N + 5), torch.bfloat16)],
+     ((3, SINGLE_TILE_MAX_N + 5), torch.bfloat16), ((6, SINGLE_TILE_MAX_N + 5), torch.float16)],
     ids=lambda v: DTYPE_NAMES.get(v) or "x".join(map(str, v)),
 )  # fmt: skip
 def test_residual_add_matches_the_oracle(shape, dtype):

@@ -72,7 +72,12 @@ def test_hidden_size_above_int32_raises():
     ids=["bf16-3x65537", "fp16-5x131075", "fp32-2x3x70000", "bf16-6x16484-looped-bwd-only"],
 )  # fmt: skip
 def test_rows_wider_than_one_tile(shape, dtype):
-    """The looped path: no hidden-size cap at the single-tile limit."""
+    """The looped and split paths: no hidden-size cap at the single-tile limit. Fewer rows than
+    the programs cap (3 here on the CPU, under 132 SMs on an H200) split each row across
+    programs; more rows go one program per row."""
+    rows = shape[0] if len(shape) == 2 else shape[0] * shape[1]
+    split = launch.rows_are_split(rows, torch.device(DEVICE))
+    assert split == (rows < launch._programs_cap(torch.device(DEVICE)))
     inputs = make_inputs(shape, dtype, DEVICE)
     result = check_backend(get_backend("triton"), rmsnorm, inputs)
     assert result.passed, result.summary()

@@ -253,3 +253,78 @@ def rmsnorm_dw_reduce_kernel(
             DW_PARTIAL + r[:, None].to(tl.int64) * N + cols[None, :], mask=mask, other=0.0
         )
     tl.store(DW + cols, tl.sum(acc, axis=0).to(DW.dtype.element_ty), mask=col_mask)
+
+
+# ---- wide rows, few of them: several programs per row --------------------------------------------
+# With fewer rows than SMs, one program per row leaves SMs idle (64 programs at N = 1M). These
+# split each row into BLOCK_N chunks, one program per (row, chunk), in two launches: per-chunk
+# sums of squares, then the scaling. x is read twice, as in the looped kernels.
+
+
+@triton.jit
+def rmsnorm_fwd_split_sumsq_kernel(
+    X, R, H, PARTIAL, stride_x_row, stride_r_row, stride_h_row, N, splits,
+    BLOCK_N: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+):  # fmt: skip
+    """Program (row, chunk): the chunk's sum of x^2 into PARTIAL[row, chunk] (fp32). With a
+    residual it forms h = x + r, rounds and writes it, and sums h^2 (what the scaling reads)."""
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        r = tl.load(R + row * stride_r_row + cols, mask=mask, other=0.0)
+        x = (x.to(tl.float32) + r.to(tl.float32)).to(H.dtype.element_ty)
+        tl.store(H + row * stride_h_row + cols, x, mask=mask)
+    x = x.to(tl.float32)
+    tl.store(PARTIAL + row * splits + chunk, tl.sum(x * x, axis=0))
+
+
+@triton.jit
+def rmsnorm_fwd_split_scale_kernel(
+    X, W, Y, RSTD, PARTIAL, stride_x_row, stride_y_row, N, splits, eps, offset,
+    BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+):  # fmt: skip
+    """Program (row, chunk): rstd from the row's partial sums (summed in a fixed order, the same
+    in every program of the row), then y for the chunk; chunk 0 stores rstd."""
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    s = tl.arange(0, BLOCK_S)
+    partial = tl.load(PARTIAL + row * splits + s, mask=s < splits, other=0.0)
+    rstd = 1.0 / tl.sqrt_rn(tl.sum(partial, axis=0) / N + eps)
+    cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
+    tl.store(Y + row * stride_y_row + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+    if chunk == 0:
+        tl.store(RSTD + row, rstd)
+
+
+@triton.jit
+def rmsnorm_bwd_split_dot_kernel(
+    X, W, DY, PARTIAL, stride_x_row, stride_dy_row, N, splits, offset, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Wide-row backward, step 1 for few rows: program (row, chunk) writes the chunk's
+    sum of g * x with g = (offset + w) * dy into PARTIAL[row, chunk]."""
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(DY + row * stride_dy_row + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
+    tl.store(PARTIAL + row * splits + chunk, tl.sum(w * dy * x, axis=0))
+
+
+@triton.jit
+def rmsnorm_bwd_split_finish_kernel(
+    PARTIAL, RSTD, MEAN_GX, N, splits, BLOCK_S: tl.constexpr,
+):  # fmt: skip
+    """One program per row: mean(g * x_hat) = (sum of the row's partials, fixed order) * rstd / N,
+    what rmsnorm_bwd_columns_kernel reads."""
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.arange(0, BLOCK_S)
+    partial = tl.load(PARTIAL + row * splits + s, mask=s < splits, other=0.0)
+    tl.store(MEAN_GX + row, tl.sum(partial, axis=0) * tl.load(RSTD + row) / N)

@@ -33,6 +33,9 @@ SINGLE_TILE_MAX_N = 65536
 BACKWARD_SINGLE_TILE_MAX_N = 16384
 #: Chunk width of the looped (wide-row) kernels.
 WIDE_BLOCK_N = 4096
+#: Chunk width of the split kernels (wide rows, fewer of them than SMs): one program per
+#: (row, chunk).
+SPLIT_BLOCK_N = 16384
 #: The dw reduction's tile: 64 partial rows x 64 columns per step, one program per 64 columns.
 DW_REDUCE_BLOCK_ROWS = 64
 DW_REDUCE_BLOCK_N = 64
@@ -68,9 +71,17 @@ def rows_per_tile(kernel_name: str, block_n: int) -> int:
     return max(1, min(ROWS_PER_TILE_CHOICES[-2], TILE_TARGET[kernel_name] // block_n))
 
 
+#: Kernels without a loop compile to the same code for every num_stages: tuned over warps only.
+_LOOP_FREE = {
+    "rmsnorm_fwd_kernel",
+    "rmsnorm_fwd_split_sumsq_kernel",
+    "rmsnorm_fwd_split_scale_kernel",
+    "rmsnorm_bwd_split_dot_kernel",
+}
+
+
 def _configs(kernel_name: str) -> list[triton.Config]:
-    # Loop-free kernels compile to the same code for every num_stages: tune warps only there.
-    stages = (1,) if kernel_name == "rmsnorm_fwd_kernel" else NUM_STAGES_CHOICES
+    stages = (1,) if kernel_name in _LOOP_FREE else NUM_STAGES_CHOICES
     rows = ROWS_PER_TILE_CHOICES if kernel_name in TILE_TARGET else (None,)
     return [
         triton.Config({} if m is None else {"BLOCK_M": m}, num_warps=warps, num_stages=st)
@@ -110,6 +121,13 @@ def _prune_tiles(kernel_name: str):
     return prune
 
 
+def _prune_warps(configs, named_args, **kwargs):
+    """Split kernels (one BLOCK_N chunk per program): 8 to 64 elements per thread."""
+    per_thread = [(c, kwargs["BLOCK_N"] / (32 * c.num_warps)) for c in configs]
+    kept = [c for c, e in per_thread if 8 <= e <= 64]
+    return kept or [max(configs, key=lambda c: c.num_warps)]
+
+
 #: Autotune keys: N, plus the feature switches that change a kernel's work (each variant gets its
 #: own tuned config; Triton adds the tensors' dtypes itself). The single-tile kernels also key on
 #: ROWS_BUCKET (M's bit length): their best tile and warps depend on how many rows there are, and a
@@ -120,6 +138,9 @@ _TUNING_KEYS = {
     "rmsnorm_bwd_kernel": ["N", "ROWS_BUCKET", "HAS_DH_OUT"],
     "rmsnorm_bwd_columns_kernel": ["N", "HAS_DH_OUT"],
     "rmsnorm_bwd_row_dot_kernel": ["N"],
+    "rmsnorm_fwd_split_sumsq_kernel": ["N", "HAS_RESIDUAL"],
+    "rmsnorm_fwd_split_scale_kernel": ["N"],
+    "rmsnorm_bwd_split_dot_kernel": ["N"],
 }
 
 
@@ -134,9 +155,12 @@ def _tuning_bench(kernel_call, quantiles):
 @functools.cache
 def _autotuned(kernel_name: str):
     kernel = getattr(kernels, kernel_name)
-    prune = (
-        {"early_config_prune": _prune_tiles(kernel_name)} if kernel_name in TILE_TARGET else None
-    )
+    if kernel_name in TILE_TARGET:
+        prune = {"early_config_prune": _prune_tiles(kernel_name)}
+    elif "_split_" in kernel_name:
+        prune = {"early_config_prune": _prune_warps}
+    else:
+        prune = None
     return triton.autotune(
         configs=_configs(kernel_name),
         key=_TUNING_KEYS[kernel_name],
@@ -226,6 +250,12 @@ def backward_is_looped(n: int) -> bool:
     return n > BACKWARD_SINGLE_TILE_MAX_N
 
 
+def rows_are_split(m: int, device: torch.device) -> bool:
+    """Wide rows, fewer than programs_cap (the SM count) of them: one program per row would
+    leave SMs idle, so each row is split across several programs."""
+    return m < _programs_cap(device)
+
+
 def backward_programs(m: int, device: torch.device) -> int:
     """Programs of the single-tile backward: one per SM at most, never more than rows."""
     return max(1, min(m, _programs_cap(device)))
@@ -277,7 +307,9 @@ def rmsnorm_forward(
     has_residual = residual is not None
     dtypes = (x.dtype, weight.dtype, y.dtype)
     with _on_device(x):
-        if forward_is_looped(n):
+        if forward_is_looped(n) and rows_are_split(m, x.device):
+            _forward_split(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual)
+        elif forward_is_looped(n):
             _launch(
                 "rmsnorm_fwd_looped_kernel", (m,), x, weight, y, rstd, r_arg, h_arg, *strides,
                 n, eps, offset, dtypes=dtypes, BLOCK_N=WIDE_BLOCK_N, HAS_RESIDUAL=has_residual,
@@ -289,6 +321,26 @@ def rmsnorm_forward(
                 dtypes=dtypes, BLOCK_N=block_size(n), HAS_RESIDUAL=has_residual,
             )  # fmt: skip
     return y, rstd, h
+
+
+def _forward_split(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
+    """Few wide rows: per-chunk sums of squares, then the scaling, one program per (row, chunk).
+    Allocates one fp32 per (row, chunk)."""
+    m, n = x.shape
+    splits = triton.cdiv(n, SPLIT_BLOCK_N)
+    partial = torch.empty((m, splits), dtype=torch.float32, device=x.device)
+    stride_x, stride_y, stride_r, stride_h = strides
+    _launch(
+        "rmsnorm_fwd_split_sumsq_kernel", (m, splits), x, r_arg, h_arg, partial,
+        stride_x, stride_r, stride_h, n, splits, dtypes=(x.dtype,),
+        BLOCK_N=SPLIT_BLOCK_N, HAS_RESIDUAL=has_residual,
+    )  # fmt: skip
+    normalized, stride_n = (h_arg, stride_h) if has_residual else (x, stride_x)
+    _launch(
+        "rmsnorm_fwd_split_scale_kernel", (m, splits), normalized, weight, y, rstd, partial,
+        stride_n, stride_y, n, splits, eps, offset, dtypes=(x.dtype, weight.dtype, y.dtype),
+        BLOCK_N=SPLIT_BLOCK_N, BLOCK_S=triton.next_power_of_2(splits),
+    )  # fmt: skip
 
 
 def rmsnorm_backward(
@@ -305,7 +357,8 @@ def rmsnorm_backward(
     added to dx, which is then also the residual's gradient.
 
     Allocates dx, dw, the [programs, N] fp32 partials (programs <= SM count) and, for wide rows,
-    one fp32 per row; nothing else. dw is the partials' fp32 sum in a fixed order, rounded once.
+    one fp32 per row (and per 16384-wide chunk when rows are split); nothing else. dw is the
+    partials' fp32 sum in a fixed order, rounded once.
     """
     _check_runnable(x)
     m, n = x.shape
@@ -346,11 +399,23 @@ def _backward_launch(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) 
 def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) -> torch.Tensor:
     m, n = x.shape
     mean_gx = torch.empty((m,), dtype=torch.float32, device=x.device)
-    _launch(
-        "rmsnorm_bwd_row_dot_kernel", (m,),
-        x, weight, dy, rstd, mean_gx, x.stride(0), dy.stride(0), n, offset,
-        dtypes=(x.dtype, weight.dtype, dy.dtype), BLOCK_N=WIDE_BLOCK_N,
-    )  # fmt: skip
+    if rows_are_split(m, x.device):
+        splits = triton.cdiv(n, SPLIT_BLOCK_N)
+        partial = torch.empty((m, splits), dtype=torch.float32, device=x.device)
+        _launch(
+            "rmsnorm_bwd_split_dot_kernel", (m, splits),
+            x, weight, dy, partial, x.stride(0), dy.stride(0), n, splits, offset,
+            dtypes=(x.dtype, weight.dtype, dy.dtype), BLOCK_N=SPLIT_BLOCK_N,
+        )  # fmt: skip
+        kernels.rmsnorm_bwd_split_finish_kernel[(m,)](
+            partial, rstd, mean_gx, n, splits, BLOCK_S=triton.next_power_of_2(splits), num_warps=1
+        )
+    else:
+        _launch(
+            "rmsnorm_bwd_row_dot_kernel", (m,),
+            x, weight, dy, rstd, mean_gx, x.stride(0), dy.stride(0), n, offset,
+            dtypes=(x.dtype, weight.dtype, dy.dtype), BLOCK_N=WIDE_BLOCK_N,
+        )  # fmt: skip
     col_blocks = triton.cdiv(n, WIDE_BLOCK_N)
     row_groups = max(1, min(m, _programs_cap(x.device) // col_blocks))
     rows_per_group = triton.cdiv(m, row_groups)
