@@ -37,8 +37,8 @@ def poison_free_memory(device: torch.device, nbytes: int) -> None:
     A backend that allocates its output and leaves elements unwritten then returns NaN there,
     which the comparison rejects. The allocator picks the smallest free cached block that fits,
     and free blocks also sit inside partly used segments, so one poisoned block is not enough:
-    every free block is taken (smallest first, each at its exact size, so best fit hands out
-    that very block), filled and given back, plus one new block of nbytes for outputs that need
+    every free block of the current stream's pool is taken (largest first, each at its exact
+    size, so best fit hands out that very block), filled and given back, plus one new block of nbytes for outputs that need
     fresh memory. On the CPU the allocator gives no such guarantee; CPU checks rely on the
     comparison alone.
     """
@@ -46,10 +46,15 @@ def poison_free_memory(device: torch.device, nbytes: int) -> None:
         return
     torch.cuda.empty_cache()  # fully free segments go back to the driver; the rest is poisoned
     index = device.index if device.index is not None else torch.cuda.current_device()
+    stream = torch.cuda.current_stream(device).cuda_stream
     held = [torch.empty(nbytes, dtype=torch.uint8, device=device)]
     sizes = []
     for segment in torch.cuda.memory_snapshot():
-        if segment["device"] != index:
+        # Only blocks this stream's ordinary allocations can get: not another stream's, not a
+        # CUDA graph's private pool (a request sized to those would split some other block).
+        if segment["device"] != index or segment.get("stream", stream) != stream:
+            continue
+        if tuple(segment.get("segment_pool_id", (0, 0))) != (0, 0):
             continue
         for block in segment["blocks"]:
             if block["state"] != "inactive":
@@ -60,7 +65,11 @@ def poison_free_memory(device: torch.device, nbytes: int) -> None:
                 size %= _SMALL_POOL_MAX
             if size:
                 sizes.append(size)
-    held += [torch.empty(size, dtype=torch.uint8, device=device) for size in sorted(sizes)]
+    # Largest first: best fit then hands each request the block it was sized for (smallest
+    # first would let a small request split a large block another request needed whole).
+    held += [
+        torch.empty(size, dtype=torch.uint8, device=device) for size in sorted(sizes, reverse=True)
+    ]
     for block in held:
         block.fill_(0xFF)
     del held

@@ -174,7 +174,7 @@ def test_autotune_space_has_configs_for_every_single_tile_width(kernel_name):
     x = torch.empty(0)
     for log_n in range(0, widest.bit_length()):
         block_n = 2**log_n
-        kept = prune(configs, {"M": 1 << 20, "X": x}, BLOCK_N=block_n)
+        kept = prune(configs, {"M": 1 << 20, "X": x, "rows_per_program": 1 << 13}, BLOCK_N=block_n)
         assert kept, f"N={block_n}: no config left"
         for config in kept:
             tile = config.kwargs["BLOCK_M"] * block_n
@@ -182,3 +182,6 @@ def test_autotune_space_has_configs_for_every_single_tile_width(kernel_name):
             assert config.kwargs["BLOCK_M"] >= launch.rows_per_tile(kernel_name, block_n)
         if block_n <= 256:
             assert min(c.kwargs["BLOCK_M"] for c in kept) > 1
+    if kernel_name == "rmsnorm_bwd_kernel":  # a program with 5 rows gets no taller tile than 8
+        kept = prune(configs, {"M": 660, "X": x, "rows_per_program": 5}, BLOCK_N=128)
+        assert kept and {c.kwargs["BLOCK_M"] for c in kept} == {8}

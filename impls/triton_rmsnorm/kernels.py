@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["ROWS_BUCKET"])
 def rmsnorm_fwd_kernel(
     X,  # [M, N] input, rows strided by stride_x_row, last dim contiguous
     W,  # [N] weight
@@ -68,7 +68,7 @@ def rmsnorm_fwd_kernel(
     tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["ROWS_BUCKET"])
 def rmsnorm_bwd_kernel(
     X,  # [M, N] forward input
     W,  # [N] weight
@@ -257,7 +257,7 @@ def rmsnorm_dw_reduce_kernel(
 
 # ---- wide rows, few of them: several programs per row --------------------------------------------
 # With fewer rows than SMs, one program per row leaves SMs idle (64 programs at N = 1M). These
-# split each row into BLOCK_N chunks, one program per (row, chunk), in two launches: per-chunk
+# split each row into BLOCK_N chunks, one program per (chunk, row), in two launches: per-chunk
 # sums of squares, then the scaling. x is read twice, as in the looped kernels.
 
 
@@ -268,8 +268,8 @@ def rmsnorm_fwd_split_sumsq_kernel(
 ):  # fmt: skip
     """Program (row, chunk): the chunk's sum of x^2 into PARTIAL[row, chunk] (fp32). With a
     residual it forms h = x + r, rounds and writes it, and sums h^2 (what the scaling reads)."""
-    row = tl.program_id(0).to(tl.int64)
-    chunk = tl.program_id(1)
+    chunk = tl.program_id(0)  # axis 0: up to 2**31 - 1 chunks (axis 1 stops at 65535)
+    row = tl.program_id(1).to(tl.int64)
     cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = cols < N
     x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0)
@@ -288,8 +288,8 @@ def rmsnorm_fwd_split_scale_kernel(
 ):  # fmt: skip
     """Program (row, chunk): rstd from the row's partial sums (summed in a fixed order, the same
     in every program of the row), then y for the chunk; chunk 0 stores rstd."""
-    row = tl.program_id(0).to(tl.int64)
-    chunk = tl.program_id(1)
+    chunk = tl.program_id(0)  # axis 0: up to 2**31 - 1 chunks (axis 1 stops at 65535)
+    row = tl.program_id(1).to(tl.int64)
     s = tl.arange(0, BLOCK_S)
     partial = tl.load(PARTIAL + row * splits + s, mask=s < splits, other=0.0)
     rstd = 1.0 / tl.sqrt_rn(tl.sum(partial, axis=0) / N + eps)
@@ -308,8 +308,8 @@ def rmsnorm_bwd_split_dot_kernel(
 ):  # fmt: skip
     """Wide-row backward, step 1 for few rows: program (row, chunk) writes the chunk's
     sum of g * x with g = (offset + w) * dy into PARTIAL[row, chunk]."""
-    row = tl.program_id(0).to(tl.int64)
-    chunk = tl.program_id(1)
+    chunk = tl.program_id(0)  # axis 0: up to 2**31 - 1 chunks (axis 1 stops at 65535)
+    row = tl.program_id(1).to(tl.int64)
     cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = cols < N
     x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)

@@ -39,8 +39,9 @@ SPLIT_BLOCK_N = 16384
 #: The dw reduction's tile: 64 partial rows x 64 columns per step, one program per 64 columns.
 DW_REDUCE_BLOCK_ROWS = 64
 DW_REDUCE_BLOCK_N = 64
-#: Column indices are int32 inside the kernels.
-MAX_N = 2**31 - 1
+#: Column indices are int32 inside the kernels, and the last chunk's indices (up to N - 1 plus
+#: one chunk) must stay below 2**31.
+MAX_N = 2**31 - SPLIT_BLOCK_N
 
 NUM_WARPS_CHOICES = (1, 2, 4, 8, 16, 32)
 NUM_STAGES_CHOICES = (1, 2, 4)
@@ -102,6 +103,9 @@ def _prune_tiles(kernel_name: str):
         candidates = {h}
         if 2 * h * block_n <= MAX_TILE:
             candidates.add(2 * h)
+        if kernel_name == "rmsnorm_bwd_kernel":  # no taller tile than a program's rows
+            rows = triton.next_power_of_2(named_args["rows_per_program"])
+            candidates = {min(c, rows) for c in candidates}
         if kernel_name == "rmsnorm_fwd_kernel" and len(candidates) > 1:
             m, device = named_args["M"], named_args["X"].device
             if triton.cdiv(m, 2 * h) < 2 * _programs_cap(device):
@@ -116,7 +120,8 @@ def _prune_tiles(kernel_name: str):
             return kept
         # a tile too small for even one warp at the low end: the fewest warps
         fewest = min(c.num_warps for c in configs)
-        return [c for c in configs if c.kwargs["BLOCK_M"] == h and c.num_warps == fewest]
+        smallest = min(candidates)
+        return [c for c in configs if c.kwargs["BLOCK_M"] == smallest and c.num_warps == fewest]
 
     return prune
 
@@ -331,13 +336,13 @@ def _forward_split(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_r
     partial = torch.empty((m, splits), dtype=torch.float32, device=x.device)
     stride_x, stride_y, stride_r, stride_h = strides
     _launch(
-        "rmsnorm_fwd_split_sumsq_kernel", (m, splits), x, r_arg, h_arg, partial,
+        "rmsnorm_fwd_split_sumsq_kernel", (splits, m), x, r_arg, h_arg, partial,
         stride_x, stride_r, stride_h, n, splits, dtypes=(x.dtype,),
         BLOCK_N=SPLIT_BLOCK_N, HAS_RESIDUAL=has_residual,
     )  # fmt: skip
     normalized, stride_n = (h_arg, stride_h) if has_residual else (x, stride_x)
     _launch(
-        "rmsnorm_fwd_split_scale_kernel", (m, splits), normalized, weight, y, rstd, partial,
+        "rmsnorm_fwd_split_scale_kernel", (splits, m), normalized, weight, y, rstd, partial,
         stride_n, stride_y, n, splits, eps, offset, dtypes=(x.dtype, weight.dtype, y.dtype),
         BLOCK_N=SPLIT_BLOCK_N, BLOCK_S=triton.next_power_of_2(splits),
     )  # fmt: skip
@@ -403,7 +408,7 @@ def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) ->
         splits = triton.cdiv(n, SPLIT_BLOCK_N)
         partial = torch.empty((m, splits), dtype=torch.float32, device=x.device)
         _launch(
-            "rmsnorm_bwd_split_dot_kernel", (m, splits),
+            "rmsnorm_bwd_split_dot_kernel", (splits, m),
             x, weight, dy, partial, x.stride(0), dy.stride(0), n, splits, offset,
             dtypes=(x.dtype, weight.dtype, dy.dtype), BLOCK_N=SPLIT_BLOCK_N,
         )  # fmt: skip
