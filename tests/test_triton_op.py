@@ -179,7 +179,10 @@ def test_autotune_space_has_configs_for_every_single_tile_width(kernel_name):
         for config in kept:
             tile = config.kwargs["BLOCK_M"] * block_n
             assert tile <= launch.MAX_TILE
-            assert config.kwargs["BLOCK_M"] >= launch.rows_per_tile(kernel_name, block_n)
+            h = launch.rows_per_tile(kernel_name, block_n)
+            assert config.kwargs["BLOCK_M"] >= (
+                h // 2 if kernel_name == "rmsnorm_fwd_kernel" else h
+            )
         if block_n <= 256:
             assert min(c.kwargs["BLOCK_M"] for c in kept) > 1
     if kernel_name == "rmsnorm_bwd_kernel":  # a program with 5 rows gets no taller tile than 8

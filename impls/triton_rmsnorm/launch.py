@@ -94,7 +94,9 @@ def _configs(kernel_name: str) -> list[triton.Config]:
 
 def _prune_tiles(kernel_name: str):
     """Keep the tiles of BLOCK_M in {h, 2h} rows (h = rows_per_tile) with a sensible number of
-    elements per thread; the forward drops 2h when it would leave fewer than 2 programs per SM."""
+    elements per thread; the forward also tries h/2 (more, shorter programs: at 1024x2048 Liger's
+    one row per program beat our two, docs/perf-log.md v3) and drops 2h when it would leave
+    fewer than 2 programs per SM."""
     low, high = _ELEMENTS_PER_THREAD[kernel_name]
 
     def prune(configs, named_args, **kwargs):
@@ -106,10 +108,12 @@ def _prune_tiles(kernel_name: str):
         if kernel_name == "rmsnorm_bwd_kernel":  # no taller tile than a program's rows
             rows = triton.next_power_of_2(named_args["rows_per_program"])
             candidates = {min(c, rows) for c in candidates}
-        if kernel_name == "rmsnorm_fwd_kernel" and len(candidates) > 1:
+        if kernel_name == "rmsnorm_fwd_kernel":
             m, device = named_args["M"], named_args["X"].device
-            if triton.cdiv(m, 2 * h) < 2 * _programs_cap(device):
-                candidates = {h}
+            if 2 * h in candidates and triton.cdiv(m, 2 * h) < 2 * _programs_cap(device):
+                candidates.discard(2 * h)
+            if h > 1:
+                candidates.add(h // 2)
         kept = [
             c
             for c in configs
