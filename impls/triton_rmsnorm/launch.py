@@ -61,6 +61,17 @@ MAX_TILE = 65536
 _INTERPRETER_PROGRAMS = 4
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for ints. Plain Python: triton.cdiv is a constexpr function object whose call
+    costs several microseconds of host time per launch (triton 3.9)."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1); plain Python, like cdiv."""
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
 def interpreting() -> bool:
     """True when Triton runs kernels through its CPU interpreter."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -106,11 +117,11 @@ def _prune_tiles(kernel_name: str):
         if 2 * h * block_n <= MAX_TILE:
             candidates.add(2 * h)
         if kernel_name == "rmsnorm_bwd_kernel":  # no taller tile than a program's rows
-            rows = triton.next_power_of_2(named_args["rows_per_program"])
+            rows = next_power_of_2(named_args["rows_per_program"])
             candidates = {min(c, rows) for c in candidates}
         if kernel_name == "rmsnorm_fwd_kernel":
             m, device = named_args["M"], named_args["X"].device
-            if 2 * h in candidates and triton.cdiv(m, 2 * h) < 2 * _programs_cap(device):
+            if 2 * h in candidates and cdiv(m, 2 * h) < 2 * _programs_cap(device):
                 candidates.discard(2 * h)
             if h > 1:
                 candidates.add(h // 2)
@@ -248,7 +259,7 @@ def _programs_cap(device: torch.device) -> int:
 
 def block_size(n: int) -> int:
     """The tile width of the single-tile kernels (the whole row, padded to a power of two)."""
-    return triton.next_power_of_2(n)
+    return next_power_of_2(n)
 
 
 def forward_is_looped(n: int) -> bool:
@@ -325,7 +336,7 @@ def rmsnorm_forward(
             )  # fmt: skip
         else:
             _launch(
-                "rmsnorm_fwd_kernel", lambda meta: (triton.cdiv(m, meta["BLOCK_M"]),),
+                "rmsnorm_fwd_kernel", lambda meta: (cdiv(m, meta["BLOCK_M"]),),
                 x, weight, y, rstd, r_arg, h_arg, *strides, m, n, eps, offset, m.bit_length(),
                 dtypes=dtypes, BLOCK_N=block_size(n), HAS_RESIDUAL=has_residual,
             )  # fmt: skip
@@ -336,7 +347,7 @@ def _forward_split(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_r
     """Few wide rows: per-chunk sums of squares, then the scaling, one program per (row, chunk).
     Allocates one fp32 per (row, chunk)."""
     m, n = x.shape
-    splits = triton.cdiv(n, SPLIT_BLOCK_N)
+    splits = cdiv(n, SPLIT_BLOCK_N)
     partial = torch.empty((m, splits), dtype=torch.float32, device=x.device)
     stride_x, stride_y, stride_r, stride_h = strides
     _launch(
@@ -348,7 +359,7 @@ def _forward_split(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_r
     _launch(
         "rmsnorm_fwd_split_scale_kernel", (splits, m), normalized, weight, y, rstd, partial,
         stride_n, stride_y, n, splits, eps, offset, dtypes=(x.dtype, weight.dtype, y.dtype),
-        BLOCK_N=SPLIT_BLOCK_N, BLOCK_S=triton.next_power_of_2(splits),
+        BLOCK_N=SPLIT_BLOCK_N, BLOCK_S=next_power_of_2(splits),
     )  # fmt: skip
 
 
@@ -379,7 +390,7 @@ def rmsnorm_backward(
     with _on_device(x):
         dw_partial = _backward_launch(dy, x, weight, rstd, offset, dx, dh_arg, dh_out is not None)
         rows = dw_partial.shape[0]
-        kernels.rmsnorm_dw_reduce_kernel[(triton.cdiv(n, DW_REDUCE_BLOCK_N),)](
+        kernels.rmsnorm_dw_reduce_kernel[(cdiv(n, DW_REDUCE_BLOCK_N),)](
             dw_partial, dw, rows, n, BLOCK_ROWS=DW_REDUCE_BLOCK_ROWS, BLOCK_N=DW_REDUCE_BLOCK_N,
             num_warps=4,
         )  # fmt: skip
@@ -392,8 +403,8 @@ def _backward_launch(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) 
     if backward_is_looped(n):
         return _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out)
     programs = backward_programs(m, x.device)
-    rows_per_program = triton.cdiv(m, programs)
-    programs = triton.cdiv(m, rows_per_program)  # no program without rows
+    rows_per_program = cdiv(m, programs)
+    programs = cdiv(m, rows_per_program)  # no program without rows
     dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
     _launch(
         "rmsnorm_bwd_kernel", (programs,),
@@ -409,7 +420,7 @@ def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) ->
     m, n = x.shape
     mean_gx = torch.empty((m,), dtype=torch.float32, device=x.device)
     if rows_are_split(m, x.device):
-        splits = triton.cdiv(n, SPLIT_BLOCK_N)
+        splits = cdiv(n, SPLIT_BLOCK_N)
         partial = torch.empty((m, splits), dtype=torch.float32, device=x.device)
         _launch(
             "rmsnorm_bwd_split_dot_kernel", (splits, m),
@@ -417,7 +428,7 @@ def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) ->
             dtypes=(x.dtype, weight.dtype, dy.dtype), BLOCK_N=SPLIT_BLOCK_N,
         )  # fmt: skip
         kernels.rmsnorm_bwd_split_finish_kernel[(m,)](
-            partial, rstd, mean_gx, n, splits, BLOCK_S=triton.next_power_of_2(splits), num_warps=1
+            partial, rstd, mean_gx, n, splits, BLOCK_S=next_power_of_2(splits), num_warps=1
         )
     else:
         _launch(
@@ -425,10 +436,10 @@ def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) ->
             x, weight, dy, rstd, mean_gx, x.stride(0), dy.stride(0), n, offset,
             dtypes=(x.dtype, weight.dtype, dy.dtype), BLOCK_N=WIDE_BLOCK_N,
         )  # fmt: skip
-    col_blocks = triton.cdiv(n, WIDE_BLOCK_N)
+    col_blocks = cdiv(n, WIDE_BLOCK_N)
     row_groups = max(1, min(m, _programs_cap(x.device) // col_blocks))
-    rows_per_group = triton.cdiv(m, row_groups)
-    row_groups = triton.cdiv(m, rows_per_group)
+    rows_per_group = cdiv(m, row_groups)
+    row_groups = cdiv(m, rows_per_group)
     dw_partial = torch.empty((row_groups, n), dtype=torch.float32, device=x.device)
     _launch(
         "rmsnorm_bwd_columns_kernel", (col_blocks, row_groups),
