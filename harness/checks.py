@@ -38,9 +38,9 @@ def poison_free_memory(device: torch.device, nbytes: int) -> None:
     which the comparison rejects. The allocator picks the smallest free cached block that fits,
     and free blocks also sit inside partly used segments, so one poisoned block is not enough:
     every free block of the current stream's pool is taken (largest first, each at its exact
-    size, so best fit hands out that very block), filled and given back, plus one new block of nbytes for outputs that need
-    fresh memory. On the CPU the allocator gives no such guarantee; CPU checks rely on the
-    comparison alone.
+    size, so best fit hands out that very block), filled and given back, plus one new block of
+    nbytes for outputs that need fresh memory. On the CPU the allocator gives no such guarantee;
+    CPU checks rely on the comparison alone.
     """
     if device.type != "cuda" or nbytes <= 0:
         return

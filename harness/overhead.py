@@ -83,12 +83,17 @@ def measure(backends, shape, dtype, calls: int) -> list[dict]:
         except Exception as exc:  # one failing backend never ends the run
             rows.append({"backend": backend.name, "status": "error", "reason": repr(exc)[:200]})
             continue
+        device_by_mode: dict[str, float | None] = {}  # one device timing per mode
         for label, mode, call in variants:
             try:
                 host = host_us_per_call(call, calls)
-                capturable = mode == "fwd" or backend.graph_capturable_backward
-                # the launcher-only and no_grad variants run the same kernels as the public call
-                device = _device_us(backend, fn, mode, inputs) if capturable else None
+                if mode not in device_by_mode:
+                    # the launcher-only and no_grad variants run the public call's kernels
+                    capturable = mode == "fwd" or backend.graph_capturable_backward
+                    device_by_mode[mode] = (
+                        _device_us(backend, fn, mode, inputs) if capturable else None
+                    )
+                device = device_by_mode[mode]
             except Exception as exc:
                 torch.cuda.synchronize()
                 rows.append({"backend": label, "mode": mode, "status": "error",

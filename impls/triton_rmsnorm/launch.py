@@ -103,6 +103,11 @@ def _configs(kernel_name: str) -> list[triton.Config]:
     ]
 
 
+def _threads_fit(tile: int, num_warps: int, low: int, high: int) -> bool:
+    """A tile of that many elements gives each of num_warps * 32 threads low to high of them."""
+    return low <= tile / (32 * num_warps) <= high
+
+
 def _prune_tiles(kernel_name: str):
     """Keep the tiles of BLOCK_M in {h, 2h} rows (h = rows_per_tile) with a sensible number of
     elements per thread; the forward also tries h/2 (more, shorter programs: at 1024x2048 Liger's
@@ -129,7 +134,7 @@ def _prune_tiles(kernel_name: str):
             c
             for c in configs
             if c.kwargs["BLOCK_M"] in candidates
-            and low <= c.kwargs["BLOCK_M"] * block_n / (32 * c.num_warps) <= high
+            and _threads_fit(c.kwargs["BLOCK_M"] * block_n, c.num_warps, low, high)
         ]
         if kept:
             return kept
@@ -143,8 +148,7 @@ def _prune_tiles(kernel_name: str):
 
 def _prune_warps(configs, named_args, **kwargs):
     """Split kernels (one BLOCK_N chunk per program): 8 to 64 elements per thread."""
-    per_thread = [(c, kwargs["BLOCK_N"] / (32 * c.num_warps)) for c in configs]
-    kept = [c for c, e in per_thread if 8 <= e <= 64]
+    kept = [c for c in configs if _threads_fit(kwargs["BLOCK_N"], c.num_warps, 8, 64)]
     return kept or [max(configs, key=lambda c: c.num_warps)]
 
 
