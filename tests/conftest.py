@@ -33,3 +33,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # One test runs the autotuned path on purpose (test_autotuned_launch_matches_the_oracle);
     # benchmarks and harness.compare time the product, autotuned.
     os.environ.setdefault("RMSNORM_TRITON_AUTOTUNE", "1" if benchmarking else "0")
+    # On a GPU, every cached direct launch of a compiled kernel is checked against the kernel
+    # Triton itself would run (impls/triton_rmsnorm/direct.py); not while timing.
+    if ON_GPU and not benchmarking:
+        os.environ.setdefault("RMSNORM_TRITON_CHECK_DIRECT", "1")

@@ -83,6 +83,21 @@ def test_rows_wider_than_one_tile(shape, dtype):
     assert result.passed, result.summary()
 
 
+@pytest.mark.parametrize("with_residual", [False, True], ids=["plain", "residual"])
+def test_looped_forward_serves_rows_the_single_tile_also_serves(monkeypatch, with_residual):
+    """Rows in (FORWARD_LOOPED_FROM_N, SINGLE_TILE_MAX_N] may take the persistent looped forward
+    when it measures faster: force it there, with more rows than programs (the row loop), and
+    N not a multiple of its chunk."""
+    monkeypatch.setattr(launch, "SINGLE_TILE_MAX_N", launch.FORWARD_LOOPED_FROM_N)
+    shape = (9 if DEVICE == "cpu" else 1000, launch.FORWARD_LOOPED_FROM_N + 1000)
+    assert launch.forward_is_looped(shape[1])
+    op = "add_rmsnorm" if with_residual else "rmsnorm"
+    backend = get_backend("triton-add" if with_residual else "triton")
+    inputs = make_inputs(shape, torch.bfloat16, DEVICE, with_residual=with_residual)
+    result = check_backend(backend, backend.build(), inputs)
+    assert result.passed, (op, result.summary())
+
+
 @pytest.mark.parametrize(
     "shape, dtype",
     [((1000, 128), torch.bfloat16), ((77, 64), torch.float16), ((2, 5, 300), torch.float32)],
@@ -154,7 +169,13 @@ def test_gradients_reach_leaf_inputs_of_any_rank():
 def test_autotuned_launch_matches_the_oracle(monkeypatch):
     """The product path: every kernel autotuned (single tile, looped, residual variants)."""
     monkeypatch.setenv("RMSNORM_TRITON_AUTOTUNE", "1")
-    for shape in [(512, 4096), (8, BACKWARD_SINGLE_TILE_MAX_N * 2), (4, SINGLE_TILE_MAX_N * 2)]:
+    shapes = [
+        (512, 4096),
+        (8, BACKWARD_SINGLE_TILE_MAX_N * 2),  # forward: the faster of two paths, measured
+        (4, SINGLE_TILE_MAX_N * 2),  # split rows
+        (300, SINGLE_TILE_MAX_N * 2 + 8),  # persistent looped forward, its grid tuned
+    ]
+    for shape in shapes:
         result = check_backend(
             get_backend("triton"), rmsnorm, make_inputs(shape, torch.bfloat16, DEVICE)
         )

@@ -142,41 +142,47 @@ def rmsnorm_bwd_kernel(
 # ---- wide rows: N above what one tile holds in registers --------------------------------------
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["ROWS_BUCKET"])
 def rmsnorm_fwd_looped_kernel(
     X, W, Y, RSTD, R, H,
-    stride_x_row, stride_y_row, stride_r_row, stride_h_row, N, eps, offset,
+    stride_x_row, stride_y_row, stride_r_row, stride_h_row, M, N, eps, offset,
+    ROWS_BUCKET,  # bit length of M: part of the autotuning key only, unused here
     BLOCK_N: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    PROGRAMS_PER_SM: tl.constexpr,  # sets the grid (launch.py): rows in flight at once
 ):  # fmt: skip
-    """One program per row, the row walked in BLOCK_N chunks twice: sum of squares, then y.
+    """Persistent: each program walks rows pid, pid + programs, ...; each row in BLOCK_N chunks,
+    twice: sum of squares, then y.
 
-    The second pass re-reads x (h with a residual, as written by the first pass); for rows of a
-    few hundred KB it is mostly served by L2.
+    The second pass re-reads x (h with a residual, as written by the first pass) and walks the
+    chunks backwards, so that it starts with those read last, the likeliest still in L2. How
+    much of it L2 serves depends on the bytes read between the two reads of a chunk, i.e. on
+    how many rows are in flight: the grid (PROGRAMS_PER_SM per SM) is tuned.
     """
-    row = tl.program_id(0).to(tl.int64)
-    x_row = X + row * stride_x_row
-    y_row = Y + row * stride_y_row
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_row + cols, mask=cols < N, other=0.0)
+    chunks = tl.cdiv(N, BLOCK_N)
+    for row in range(tl.program_id(0).to(tl.int64), M, tl.num_programs(0)):  # int64 row offsets
+        x_row = X + row * stride_x_row
+        acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for start in range(0, N, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            x = tl.load(x_row + cols, mask=cols < N, other=0.0)
+            if HAS_RESIDUAL:
+                r = tl.load(R + row * stride_r_row + cols, mask=cols < N, other=0.0)
+                x = (x.to(tl.float32) + r.to(tl.float32)).to(H.dtype.element_ty)
+                tl.store(H + row * stride_h_row + cols, x, mask=cols < N)
+            x = x.to(tl.float32)
+            acc += x * x
+        rstd = 1.0 / tl.sqrt_rn(tl.sum(acc, axis=0) / N + eps)
         if HAS_RESIDUAL:
-            r = tl.load(R + row * stride_r_row + cols, mask=cols < N, other=0.0)
-            x = (x.to(tl.float32) + r.to(tl.float32)).to(H.dtype.element_ty)
-            tl.store(H + row * stride_h_row + cols, x, mask=cols < N)
-        x = x.to(tl.float32)
-        acc += x * x
-    rstd = 1.0 / tl.sqrt_rn(tl.sum(acc, axis=0) / N + eps)
-    if HAS_RESIDUAL:
-        x_row = H + row * stride_h_row
-        tl.debug_barrier()  # h written above by other threads of this program
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        mask = cols < N
-        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
-        tl.store(y_row + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
-    tl.store(RSTD + row, rstd)
+            x_row = H + row * stride_h_row
+            tl.debug_barrier()  # h written above by other threads of this program
+        for i in range(0, chunks):
+            cols = (chunks - 1 - i) * BLOCK_N + tl.arange(0, BLOCK_N)
+            mask = cols < N
+            x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+            w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
+            y = (x * rstd * w).to(Y.dtype.element_ty)
+            tl.store(Y + row * stride_y_row + cols, y, mask=mask)
+        tl.store(RSTD + row, rstd)
 
 
 @triton.jit
@@ -287,9 +293,11 @@ def rmsnorm_fwd_split_scale_kernel(
     BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
 ):  # fmt: skip
     """Program (row, chunk): rstd from the row's partial sums (summed in a fixed order, the same
-    in every program of the row), then y for the chunk; chunk 0 stores rstd."""
-    chunk = tl.program_id(0)  # axis 0: up to 2**31 - 1 chunks (axis 1 stops at 65535)
-    row = tl.program_id(1).to(tl.int64)
+    in every program of the row), then y for the chunk; chunk 0 stores rstd. Programs take the
+    (row, chunk) pairs in the reverse of the sum-of-squares launch's order, so that the first
+    to run re-read the chunks read last, the likeliest still in L2."""
+    chunk = splits - 1 - tl.program_id(0)  # axis 0: up to 2**31 - 1 chunks (axis 1: 65535)
+    row = (tl.num_programs(1) - 1 - tl.program_id(1)).to(tl.int64)
     s = tl.arange(0, BLOCK_S)
     partial = tl.load(PARTIAL + row * splits + s, mask=s < splits, other=0.0)
     rstd = 1.0 / tl.sqrt_rn(tl.sum(partial, axis=0) / N + eps)

@@ -1,12 +1,16 @@
 """Launchers: grids, launch configurations and allocation for the kernels in kernels.py.
 
-Two paths, chosen by the hidden size N, separately for each direction:
-- single tile (forward N <= SINGLE_TILE_MAX_N, backward N <= BACKWARD_SINGLE_TILE_MAX_N): the seed
-  design; one row in one tile (BLOCK_N = next_power_of_2(N)), x read once; the backward walks
-  rows with a private dw accumulator per program.
-- looped, for wider rows: each row walked in WIDE_BLOCK_N chunks (the forward reads x twice),
-  the backward in two steps (per-row dot product, then column blocks x row groups). No
-  hidden-size cap below 2**31.
+Paths, chosen by the hidden size N (and for wide rows by M), separately for each direction:
+- single tile (forward N <= SINGLE_TILE_MAX_N, backward N <= BACKWARD_SINGLE_TILE_MAX_N): whole
+  rows in one [BLOCK_M, BLOCK_N] tile (BLOCK_N = next_power_of_2(N)), x read once; the backward
+  walks rows with a private dw accumulator per program.
+- looped, for wider rows: each row walked in WIDE_BLOCK_N chunks (the forward, persistent, reads
+  x twice, the second time mostly from L2), the backward in two steps (per-row dot product, then
+  column blocks x row groups). No hidden-size cap below 2**31.
+- split, for wide rows fewer than SMs: each row cut into SPLIT_BLOCK_N chunks, one program per
+  (row, chunk), in two launches.
+Forward rows of FORWARD_LOOPED_FROM_N < N <= SINGLE_TILE_MAX_N take whichever of the single tile
+and the looped path measured faster at the first call (on a GPU, autotuning).
 
 On a CUDA device the kernels are autotuned per N over num_warps x num_stages with BLOCK_N pinned.
 Under the Triton interpreter (TRITON_INTERPRET=1, CPU tensors) autotuning cannot time anything,
@@ -22,7 +26,7 @@ import os
 import torch
 import triton
 
-from . import kernels
+from . import direct, kernels
 
 #: Widest row the single-tile forward takes: one row lives in registers.
 SINGLE_TILE_MAX_N = 65536
@@ -92,12 +96,24 @@ _LOOP_FREE = {
 }
 
 
+#: Programs per SM of the persistent looped forward (its grid): fewer rows in flight leave
+#: more of each row in L2 for the second pass, more programs keep more bytes in flight.
+PROGRAMS_PER_SM_CHOICES = (1, 2, 4, 8)
+#: ... and without autotuning (about one program per row at the wide preset's shapes).
+HEURISTIC_PROGRAMS_PER_SM = 8
+
+
 def _configs(kernel_name: str) -> list[triton.Config]:
     stages = (1,) if kernel_name in _LOOP_FREE else NUM_STAGES_CHOICES
-    rows = ROWS_PER_TILE_CHOICES if kernel_name in TILE_TARGET else (None,)
+    if kernel_name in TILE_TARGET:
+        metas = [{"BLOCK_M": m} for m in ROWS_PER_TILE_CHOICES]
+    elif kernel_name == "rmsnorm_fwd_looped_kernel":
+        metas = [{"PROGRAMS_PER_SM": p} for p in PROGRAMS_PER_SM_CHOICES]
+    else:
+        metas = [{}]
     return [
-        triton.Config({} if m is None else {"BLOCK_M": m}, num_warps=warps, num_stages=st)
-        for m in rows
+        triton.Config(meta, num_warps=warps, num_stages=st)
+        for meta in metas
         for warps in NUM_WARPS_CHOICES
         for st in stages
     ]
@@ -146,6 +162,22 @@ def _prune_tiles(kernel_name: str):
     return prune
 
 
+def _prune_looped_forward(configs, named_args, **kwargs):
+    """The persistent looped forward: 8 to 32 elements per thread per chunk, and of the
+    PROGRAMS_PER_SM choices that already give every row its own program, only the smallest."""
+    m, device = named_args["M"], named_args["X"].device
+    enough = next(
+        (p for p in PROGRAMS_PER_SM_CHOICES if p * _programs_cap(device) >= m),
+        PROGRAMS_PER_SM_CHOICES[-1],
+    )
+    return [
+        c
+        for c in configs
+        if c.kwargs["PROGRAMS_PER_SM"] <= enough
+        and _threads_fit(kwargs["BLOCK_N"], c.num_warps, 8, 32)
+    ]
+
+
 def _prune_warps(configs, named_args, **kwargs):
     """Split kernels (one BLOCK_N chunk per program): 8 to 64 elements per thread."""
     kept = [c for c in configs if _threads_fit(kwargs["BLOCK_N"], c.num_warps, 8, 64)]
@@ -158,7 +190,7 @@ def _prune_warps(configs, named_args, **kwargs):
 #: config tuned at M = 512 ran fp16 N = 2048 at half speed at M = 4096 (docs/perf-log.md, v3).
 _TUNING_KEYS = {
     "rmsnorm_fwd_kernel": ["N", "ROWS_BUCKET", "HAS_RESIDUAL"],
-    "rmsnorm_fwd_looped_kernel": ["N", "HAS_RESIDUAL"],
+    "rmsnorm_fwd_looped_kernel": ["N", "ROWS_BUCKET", "HAS_RESIDUAL"],
     "rmsnorm_bwd_kernel": ["N", "ROWS_BUCKET", "HAS_DH_OUT"],
     "rmsnorm_bwd_columns_kernel": ["N", "HAS_DH_OUT"],
     "rmsnorm_bwd_row_dot_kernel": ["N"],
@@ -183,6 +215,8 @@ def _autotuned(kernel_name: str):
         prune = {"early_config_prune": _prune_tiles(kernel_name)}
     elif "_split_" in kernel_name:
         prune = {"early_config_prune": _prune_warps}
+    elif kernel_name == "rmsnorm_fwd_looped_kernel":
+        prune = {"early_config_prune": _prune_looped_forward}
     else:
         prune = None
     return triton.autotune(
@@ -214,8 +248,16 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> None:
     grid: a tuple, or a function of the launch meta-parameters (BLOCK_M is chosen by the tuner).
     dtypes: the dtypes of the kernel's tensors that vary (with N and kwargs, the tuning key).
     Triton launches on the current CUDA device: the caller makes it x's device (_on_device).
+    After the first launch of a specialization, launches go straight to the compiled kernel
+    (direct.py).
     """
     kernel = getattr(kernels, kernel_name)
+    if interpreting():
+        config = {**_heuristic_config(kernel_name, kwargs["BLOCK_N"]), "num_warps": 4}
+        if kernel_name == "rmsnorm_fwd_looped_kernel":
+            config["PROGRAMS_PER_SM"] = 1  # fewer programs than rows: the row loop is exercised
+        kernel[grid](*args, **kwargs, **config)
+        return
     if autotuning():
         key = (
             kernel_name,
@@ -233,14 +275,35 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> None:
                 "num_warps": best.num_warps,
                 "num_stages": best.num_stages,
             }
-        else:
-            kernel[grid](*args, **kwargs, **config)
-        return
+            return
+    else:
+        config = _heuristic_config(kernel_name, kwargs["BLOCK_N"])
+    direct.launch(kernel, grid, args, {**kwargs, **config})
+
+
+#: num_stages when a launch does not choose one (Triton's default).
+TRITON_DEFAULT_STAGES = 3
+
+
+def _heuristic_config(kernel_name: str, block_n: int) -> dict:
+    """The launch configuration without autotuning: BLOCK_M by rows_per_tile, ~256 elements per
+    warp."""
+    config = {}
     if kernel_name in TILE_TARGET:
-        kwargs["BLOCK_M"] = rows_per_tile(kernel_name, kwargs["BLOCK_N"])
-    tile = kwargs.get("BLOCK_M", 1) * kwargs["BLOCK_N"]
-    warps = 4 if interpreting() else heuristic_num_warps(tile)
-    kernel[grid](*args, **kwargs, num_warps=warps)
+        config["BLOCK_M"] = rows_per_tile(kernel_name, block_n)
+    if kernel_name == "rmsnorm_fwd_looped_kernel":
+        config["PROGRAMS_PER_SM"] = HEURISTIC_PROGRAMS_PER_SM
+    tile = config.get("BLOCK_M", 1) * block_n
+    return {**config, "num_warps": heuristic_num_warps(tile), "num_stages": TRITON_DEFAULT_STAGES}
+
+
+def _launch_fixed(kernel, grid, *args, num_warps: int, **constexprs) -> None:
+    """A kernel with one fixed configuration (not tuned)."""
+    if interpreting():
+        kernel[grid](*args, **constexprs, num_warps=num_warps)
+    else:
+        meta = {**constexprs, "num_warps": num_warps, "num_stages": TRITON_DEFAULT_STAGES}
+        direct.launch(kernel, grid, args, meta)
 
 
 #: Where the tuning key's runtime values (N, ROWS_BUCKET) sit among each kernel's arguments.
@@ -330,21 +393,60 @@ def rmsnorm_forward(
     strides = (x.stride(0), y.stride(0), r_arg.stride(0), h_arg.stride(0))
     has_residual = residual is not None
     dtypes = (x.dtype, weight.dtype, y.dtype)
+    args = (x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual)
     with _on_device(x):
         if forward_is_looped(n) and rows_are_split(m, x.device):
-            _forward_split(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual)
+            _forward_split(*args)
         elif forward_is_looped(n):
-            _launch(
-                "rmsnorm_fwd_looped_kernel", (m,), x, weight, y, rstd, r_arg, h_arg, *strides,
-                n, eps, offset, dtypes=dtypes, BLOCK_N=WIDE_BLOCK_N, HAS_RESIDUAL=has_residual,
-            )  # fmt: skip
+            _forward_looped(*args)
+        elif n <= FORWARD_LOOPED_FROM_N or not autotuning():
+            _forward_single_tile(*args)
         else:
-            _launch(
-                "rmsnorm_fwd_kernel", lambda meta: (cdiv(m, meta["BLOCK_M"]),),
-                x, weight, y, rstd, r_arg, h_arg, *strides, m, n, eps, offset, m.bit_length(),
-                dtypes=dtypes, BLOCK_N=block_size(n), HAS_RESIDUAL=has_residual,
-            )  # fmt: skip
+            key = (n, m.bit_length(), has_residual, *dtypes)
+            path = _FORWARD_PATH.get(key)
+            if path is None:
+                path = _FORWARD_PATH[key] = _fastest([_forward_single_tile, _forward_looped], args)
+            path(*args)
     return y, rstd, h
+
+
+#: Rows wider than this and up to SINGLE_TILE_MAX_N can take either forward path: the single
+#: tile (x read once, but 32K-64K fp32 values a program strain registers) or the persistent
+#: looped kernel (x read twice, the second time mostly from L2). Which is faster depends on N, M
+#: and dtype; on a GPU it is measured at the first call of each (N, M size class, dtypes).
+FORWARD_LOOPED_FROM_N = 16384
+#: (N, M's bit length, residual, dtypes) -> the faster forward path, once measured.
+_FORWARD_PATH: dict[tuple, object] = {}
+
+
+def _fastest(paths: list, args: tuple):
+    """The path with the lowest median time on these arguments, each already tuned (its first
+    call autotunes its kernel). Paths write the same outputs from the same inputs."""
+    import triton.testing
+
+    for path in paths:
+        path(*args)
+    times = [triton.testing.do_bench(lambda p=p: p(*args), warmup=5, rep=25) for p in paths]
+    return paths[times.index(min(times))]
+
+
+def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
+    m, n = x.shape
+    _launch(
+        "rmsnorm_fwd_kernel", lambda meta: (cdiv(m, meta["BLOCK_M"]),),
+        x, weight, y, rstd, r_arg, h_arg, *strides, m, n, eps, offset, m.bit_length(),
+        dtypes=(x.dtype, weight.dtype, y.dtype), BLOCK_N=block_size(n), HAS_RESIDUAL=has_residual,
+    )  # fmt: skip
+
+
+def _forward_looped(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
+    m, n = x.shape
+    programs_cap = _programs_cap(x.device)
+    _launch(
+        "rmsnorm_fwd_looped_kernel", lambda meta: (min(m, meta["PROGRAMS_PER_SM"] * programs_cap),),
+        x, weight, y, rstd, r_arg, h_arg, *strides, m, n, eps, offset, m.bit_length(),
+        dtypes=(x.dtype, weight.dtype, y.dtype), BLOCK_N=WIDE_BLOCK_N, HAS_RESIDUAL=has_residual,
+    )  # fmt: skip
 
 
 def _forward_split(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
@@ -394,9 +496,9 @@ def rmsnorm_backward(
     with _on_device(x):
         dw_partial = _backward_launch(dy, x, weight, rstd, offset, dx, dh_arg, dh_out is not None)
         rows = dw_partial.shape[0]
-        kernels.rmsnorm_dw_reduce_kernel[(cdiv(n, DW_REDUCE_BLOCK_N),)](
-            dw_partial, dw, rows, n, BLOCK_ROWS=DW_REDUCE_BLOCK_ROWS, BLOCK_N=DW_REDUCE_BLOCK_N,
-            num_warps=4,
+        _launch_fixed(
+            kernels.rmsnorm_dw_reduce_kernel, (cdiv(n, DW_REDUCE_BLOCK_N),), dw_partial, dw, rows,
+            n, BLOCK_ROWS=DW_REDUCE_BLOCK_ROWS, BLOCK_N=DW_REDUCE_BLOCK_N, num_warps=4,
         )  # fmt: skip
     return dx, dw
 
@@ -431,9 +533,10 @@ def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) ->
             x, weight, dy, partial, x.stride(0), dy.stride(0), n, splits, offset,
             dtypes=(x.dtype, weight.dtype, dy.dtype), BLOCK_N=SPLIT_BLOCK_N,
         )  # fmt: skip
-        kernels.rmsnorm_bwd_split_finish_kernel[(m,)](
-            partial, rstd, mean_gx, n, splits, BLOCK_S=next_power_of_2(splits), num_warps=1
-        )
+        _launch_fixed(
+            kernels.rmsnorm_bwd_split_finish_kernel, (m,), partial, rstd, mean_gx, n, splits,
+            BLOCK_S=next_power_of_2(splits), num_warps=1,
+        )  # fmt: skip
     else:
         _launch(
             "rmsnorm_bwd_row_dot_kernel", (m,),

@@ -1,0 +1,104 @@
+"""The cached direct launch (impls/triton_rmsnorm/direct.py): its specialization key must tell
+apart exactly the arguments Triton's binder tells apart, or a wrong binary runs silently."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from harness.checks import check_backend
+from harness.inputs import make_inputs
+from impls import get_backend
+from impls.triton_rmsnorm import direct, rmsnorm
+from tests.conftest import DEVICE, ON_GPU
+
+INTS = [0, 1, 2, 15, 16, 17, 32, 48, -1, -16, 2**31 - 1, 2**31, 2**31 + 16, 2**32, 2**63]
+FLOATS = [0.0, 1.0, 1e-6]
+
+
+def _tensors():
+    base = torch.zeros(64, dtype=torch.bfloat16)
+    # CPU allocations are 64-byte aligned: offsets of 1 and 4 elements are not 16-byte aligned
+    return [
+        base,
+        base[1:],
+        base[4:],
+        base[8:],
+        torch.zeros(8, dtype=torch.float32),
+        torch.zeros(16, dtype=torch.float16)[2:],
+    ]
+
+
+def _triton_specialization():
+    """Triton's own specializer (triton >= 3.4 exports it from its C++ core), else skip."""
+    try:
+        from triton._C.libtriton import native_specialize_impl
+        from triton.backends.compiler import BaseBackend
+    except ImportError:
+        pytest.skip("this triton has no native_specialize_impl")
+
+    def specialize(value, specialize_value, align):
+        return native_specialize_impl(BaseBackend, value, False, specialize_value, align)
+
+    return specialize
+
+
+@pytest.mark.parametrize("specialize_value", [True, False])
+@pytest.mark.parametrize("align", [True, False])
+def test_key_separates_exactly_what_triton_specializes(specialize_value, align):
+    triton_key = _triton_specialization()
+    values = INTS + FLOATS + _tensors()
+    ours = [direct._arg_key(v, False, specialize_value, align) for v in values]
+    theirs = [triton_key(v, specialize_value, align) for v in values]
+    for (i, a), (j, b) in itertools.combinations(enumerate(values), 2):
+        same_ours, same_theirs = ours[i] == ours[j], theirs[i] == theirs[j]
+        assert same_ours == same_theirs, (
+            f"{a!r} vs {b!r}: Triton specializes them as {theirs[i]} / {theirs[j]}, "
+            f"the direct-launch key as {ours[i]} / {ours[j]}"
+        )
+
+
+def test_constexpr_arguments_key_on_their_value():
+    assert direct._arg_key(64, True, True, True) != direct._arg_key(128, True, True, True)
+
+
+def test_unsupported_argument_type_is_an_error():
+    with pytest.raises(TypeError, match="unsupported argument type"):
+        direct._arg_key("a string", False, True, True)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="direct launches happen only on a GPU")
+def test_launches_after_the_first_go_direct_and_stay_correct():
+    """Aligned, misaligned and single-row inputs through one cache: each specialization gets
+    its own compiled kernel, and the check mode (set by conftest) compares every cached launch
+    with Triton's own choice."""
+    assert direct.check_enabled()
+    for shape, offset in [((256, 1024), 0), ((256, 1024), 1), ((1, 1024), 0), ((256, 1000), 3)]:
+        inputs = make_inputs((shape[0], shape[1] + offset), torch.bfloat16, DEVICE)
+        inputs.x = inputs.x[:, offset:]
+        inputs.weight = inputs.weight[offset:]
+        inputs.dy = inputs.dy[:, offset:]
+        for _ in range(2):  # the second call takes the cached path
+            result = check_backend(get_backend("triton"), rmsnorm, inputs)
+            assert result.passed, result.summary()
+    assert direct._COMPILED
+
+
+@pytest.mark.skipif(not ON_GPU, reason="direct launches happen only on a GPU")
+def test_check_mode_catches_a_key_that_ignores_alignment(monkeypatch):
+    """Negative control: a key blind to pointer alignment reuses an aligned binary for a
+    misaligned input; the check mode must raise."""
+    monkeypatch.setattr(direct, "_COMPILED", {})
+    real = direct._arg_key
+
+    def blind(value, *rule):
+        return value.dtype if isinstance(value, torch.Tensor) else real(value, *rule)
+
+    monkeypatch.setattr(direct, "_arg_key", blind)
+    base = torch.randn(64, 2049, device=DEVICE, dtype=torch.bfloat16)
+    weight = torch.ones(2048, device=DEVICE, dtype=torch.bfloat16)
+    rmsnorm(base[:, :2048], weight)
+    with pytest.raises(RuntimeError, match="specialization key misses something"):
+        rmsnorm(base[:, 1:], weight)
