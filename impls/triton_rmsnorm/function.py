@@ -66,9 +66,15 @@ def validate_inputs(
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
     """A 2-D [M, N] view of t; rows may be strided. Copied (once) only when the last dimension
-    itself is not contiguous, which the kernels cannot address."""
-    t2d = t.reshape(-1, t.shape[-1])
+    itself is not contiguous, which the kernels cannot address. A 2-D t is used as it is (no
+    reshape: each tensor op costs host time at small shapes)."""
+    t2d = t if t.dim() == 2 else t.reshape(-1, t.shape[-1])
     return t2d if t2d.stride(-1) == 1 else t2d.contiguous()
+
+
+def _shaped(t2d: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """t2d [M, N] viewed as shape (no view op when shape is already 2-D)."""
+    return t2d if len(shape) == 2 else t2d.view(shape)
 
 
 # ---- eager door: autograd.Function -------------------------------------------------------------
@@ -90,9 +96,9 @@ class RMSNormFunction(torch.autograd.Function):
         ctx.has_residual = residual is not None
         ctx.shape = x.shape
         if h2d is None:
-            return y2d.view(x.shape)
+            return _shaped(y2d, x.shape)
         ctx.set_materialize_grads(False)  # an unused y or h sends no gradient
-        return y2d.view(x.shape), h2d.view(x.shape)
+        return _shaped(y2d, x.shape), _shaped(h2d, x.shape)
 
     @staticmethod
     def backward(ctx, dy, dh=None):
@@ -101,7 +107,7 @@ class RMSNormFunction(torch.autograd.Function):
             return dh, torch.zeros_like(weight), dh, None, None, None
         dh2d = None if dh is None else _rows(dh)
         dx2d, dw = launch.rmsnorm_backward(_rows(dy), normalized2d, weight, rstd, ctx.offset, dh2d)
-        dx = dx2d.view(ctx.shape)
+        dx = _shaped(dx2d, ctx.shape)
         # h = x + r: x and the residual get the same gradient (autograd copies if it must)
         return dx, dw, dx if ctx.has_residual else None, None, None, None
 
