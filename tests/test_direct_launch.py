@@ -3,6 +3,7 @@ apart exactly the arguments Triton's binder tells apart, or a wrong binary runs 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -76,10 +77,10 @@ def test_launches_after_the_first_go_direct_and_stay_correct():
     with Triton's own choice."""
     assert direct.check_enabled()
     for shape, offset in [((256, 1024), 0), ((256, 1024), 1), ((1, 1024), 0), ((256, 1000), 3)]:
-        inputs = make_inputs((shape[0], shape[1] + offset), torch.bfloat16, DEVICE)
-        inputs.x = inputs.x[:, offset:]
-        inputs.weight = inputs.weight[offset:]
-        inputs.dy = inputs.dy[:, offset:]
+        wide = make_inputs((shape[0], shape[1] + offset), torch.bfloat16, DEVICE)
+        inputs = dataclasses.replace(
+            wide, x=wide.x[:, offset:], weight=wide.weight[offset:], dy=wide.dy[:, offset:]
+        )
         for _ in range(2):  # the second call takes the cached path
             result = check_backend(get_backend("triton"), rmsnorm, inputs)
             assert result.passed, result.summary()
