@@ -61,6 +61,25 @@ def test_key_separates_exactly_what_triton_specializes(specialize_value, align):
         )
 
 
+def test_no_launch_hook_by_default_and_a_set_one_is_seen(monkeypatch):
+    """Triton keeps an empty hook chain in each slot: that is no hook. A hook added to it, or
+    set in place of it, sends launches through Triton's own path (profilers read the hooks)."""
+    from triton import knobs
+
+    assert not direct._hooks_installed()
+    chain = knobs.runtime.launch_enter_hook
+    if hasattr(chain, "add"):
+        hook = lambda metadata: None  # noqa: E731
+        chain.add(hook)
+        try:
+            assert direct._hooks_installed()
+        finally:
+            chain.remove(hook)
+        assert not direct._hooks_installed()
+    monkeypatch.setattr(knobs.runtime, "launch_exit_hook", lambda metadata: None)
+    assert direct._hooks_installed()
+
+
 def test_constexpr_arguments_key_on_their_value():
     assert direct._arg_key(64, True, True, True) != direct._arg_key(128, True, True, True)
 

@@ -85,12 +85,13 @@ def _rules(kernel) -> tuple[tuple[bool, bool, bool], ...]:
 
 
 def _hooks_installed() -> bool:
+    """A launch hook is set: a non-empty HookChain (triton 3.6 and 3.9 keep an empty chain in
+    each slot) or any other callable (older versions keep None when there is none)."""
     runtime = knobs.runtime
-    hooks = (
-        getattr(runtime, "launch_enter_hook", None),
-        getattr(runtime, "launch_exit_hook", None),
-    )
-    return hooks != (None, None)
+    for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook):
+        if hook is not None and getattr(hook, "calls", True):
+            return True
+    return False
 
 
 def launch(kernel, grid, args: tuple, meta: dict) -> None:
