@@ -46,12 +46,19 @@ def _triton_specialization():
     return specialize
 
 
+def _key(value, constexpr=False, specialize=True, align=True):
+    """The direct launch's key for one argument, through a keyer made for value's type."""
+    return direct._make_keyer([(constexpr, specialize, align)], (value,))(value)
+
+
 @pytest.mark.parametrize("specialize_value", [True, False])
 @pytest.mark.parametrize("align", [True, False])
-def test_key_separates_exactly_what_triton_specializes(specialize_value, align):
+@pytest.mark.parametrize("kind", ["int", "float", "tensor"])
+def test_key_separates_exactly_what_triton_specializes(specialize_value, align, kind):
     triton_key = _triton_specialization()
-    values = INTS + FLOATS + _tensors()
-    ours = [direct._arg_key(v, False, specialize_value, align) for v in values]
+    values = {"int": INTS, "float": FLOATS, "tensor": _tensors()}[kind]
+    keyer = direct._make_keyer([(False, specialize_value, align)], (values[0],))
+    ours = [keyer(v) for v in values]
     theirs = [triton_key(v, specialize_value, align) for v in values]
     for (i, a), (j, b) in itertools.combinations(enumerate(values), 2):
         same_ours, same_theirs = ours[i] == ours[j], theirs[i] == theirs[j]
@@ -59,6 +66,19 @@ def test_key_separates_exactly_what_triton_specializes(specialize_value, align):
             f"{a!r} vs {b!r}: Triton specializes them as {theirs[i]} / {theirs[j]}, "
             f"the direct-launch key as {ours[i]} / {ours[j]}"
         )
+
+
+def test_a_keyer_sends_other_argument_types_to_tritons_path():
+    """Made at a kernel's first launch for its argument types; another type gives no key (None,
+    or AttributeError for a non-tensor where a tensor was), so that launch takes Triton's path."""
+    int_keyer = direct._make_keyer([(False, True, True)], (16,))
+    assert int_keyer(16.0) is None
+    assert int_keyer(True) is None
+    float_keyer = direct._make_keyer([(False, True, True)], (1e-6,))
+    assert float_keyer(1) is None
+    tensor_keyer = direct._make_keyer([(False, True, True)], (torch.zeros(4),))
+    with pytest.raises(AttributeError):
+        tensor_keyer(3)
 
 
 def test_no_launch_hook_by_default_and_a_set_one_is_seen(monkeypatch):
@@ -81,12 +101,12 @@ def test_no_launch_hook_by_default_and_a_set_one_is_seen(monkeypatch):
 
 
 def test_constexpr_arguments_key_on_their_value():
-    assert direct._arg_key(64, True, True, True) != direct._arg_key(128, True, True, True)
+    assert _key(64, constexpr=True) != _key(128, constexpr=True)
 
 
 def test_unsupported_argument_type_is_an_error():
     with pytest.raises(TypeError, match="unsupported argument type"):
-        direct._arg_key("a string", False, True, True)
+        _key("a string")
 
 
 @pytest.mark.skipif(not ON_GPU, reason="direct launches happen only on a GPU")
@@ -111,12 +131,14 @@ def test_check_mode_catches_a_key_that_ignores_alignment(monkeypatch):
     """Negative control: a key blind to pointer alignment reuses an aligned binary for a
     misaligned input; the check mode must raise."""
     monkeypatch.setattr(direct, "_COMPILED", {})
-    real = direct._arg_key
+    monkeypatch.setattr(direct, "_KEYERS", {})
+    real = direct._arg_terms
 
-    def blind(value, *rule):
-        return value.dtype if isinstance(value, torch.Tensor) else real(value, *rule)
+    def blind(name, value, *rule):
+        guard, terms = real(name, value, *rule)
+        return guard, terms[:1] if isinstance(value, torch.Tensor) else terms  # dtype only
 
-    monkeypatch.setattr(direct, "_arg_key", blind)
+    monkeypatch.setattr(direct, "_arg_terms", blind)
     base = torch.randn(64, 2049, device=DEVICE, dtype=torch.bfloat16)
     weight = torch.ones(2048, device=DEVICE, dtype=torch.bfloat16)
     rmsnorm(base[:, :2048], weight)

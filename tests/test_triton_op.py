@@ -168,7 +168,7 @@ def test_gradients_reach_leaf_inputs_of_any_rank():
 @pytest.mark.skipif(not ON_GPU, reason="autotuning needs a GPU to time configs")
 def test_autotuned_launch_matches_the_oracle(monkeypatch):
     """The product path: every kernel autotuned (single tile, looped, residual variants)."""
-    monkeypatch.setenv("RMSNORM_TRITON_AUTOTUNE", "1")
+    monkeypatch.setattr(launch, "_AUTOTUNE", True)
     shapes = [
         (512, 4096),
         (8, BACKWARD_SINGLE_TILE_MAX_N * 2),  # forward: the faster of two paths, measured

@@ -14,8 +14,14 @@ per int, its width (i32 / i64 / u64), whether it is 1 and whether it divides by 
 when the parameter is specialized; alignment and divisibility only when it is specialized on
 alignment); floats by type only; every constexpr by value; num_warps and
 num_stages; the device. A key that missed a specialization would run a wrong binary silently,
-so with RMSNORM_TRITON_CHECK_DIRECT=1 every cached launch first asks Triton which compiled
-kernel it would run and raises if it is not the cached one (the GPU tests run that way).
+so with RMSNORM_TRITON_CHECK_DIRECT=1 (read at import) every cached launch first asks Triton
+which compiled kernel it would run and raises if it is not the cached one (the GPU tests run
+that way).
+
+The key itself must be cheap: on the H200's host each Python call costs about a microsecond, so
+the key of a kernel's arguments is one generated function of inline expressions (as Triton's own
+binder is), made at the kernel's first launch for the Python types of its arguments; arguments
+of other types go through Triton's path.
 
 Launches keep Triton's own path when Triton launch hooks are installed (profilers such as
 proton read them) and under the interpreter (there is no compiled kernel).
@@ -29,59 +35,73 @@ import torch
 from triton import knobs
 from triton.runtime.driver import driver
 
-#: (kernel, device, constexprs and options, argument specialization) -> CompiledKernel. The
-#: compiled kernel is kept alive here (it unloads its module when collected).
+#: (kernel, device, constexprs and options, argument key) -> CompiledKernel. The compiled kernel
+#: is kept alive here (it unloads its module when collected).
 _COMPILED: dict[tuple, object] = {}
 
-#: Per kernel, per parameter: (is a constexpr, specialized, specialized on alignment).
-_PARAM_RULES: dict[int, tuple[tuple[bool, bool, bool], ...]] = {}
+#: Per kernel and argument count: the generated key function (_make_keyer).
+_KEYERS: dict[tuple[int, int], object] = {}
 
-_I32 = (-(2**31), 2**31)
-_I64 = (-(2**63), 2**63)
+_CHECK = os.environ.get("RMSNORM_TRITON_CHECK_DIRECT", "0") == "1"
 
 
 def check_enabled() -> bool:
     """RMSNORM_TRITON_CHECK_DIRECT=1: verify every cached launch against Triton's own choice."""
-    return os.environ.get("RMSNORM_TRITON_CHECK_DIRECT", "0") == "1"
+    return _CHECK
 
 
-def _int_width(value: int) -> str:
-    if _I32[0] <= value < _I32[1]:
-        return "i32"
-    return "i64" if _I64[0] <= value < _I64[1] else "u64"
-
-
-def _arg_key(value, constexpr: bool, specialize: bool, align: bool):
-    """What Triton's binder specializes one argument on (see the module docstring)."""
+def _arg_terms(name: str, value, constexpr: bool, specialize: bool, align: bool):
+    """(guard, key terms) for one argument, as Python source: what Triton's binder specializes
+    it on (see the module docstring), for arguments of value's type."""
     if constexpr:
-        return value
+        return None, [name]
     if isinstance(value, torch.Tensor):
-        return (value.dtype, specialize and align and value.data_ptr() & 15 == 0)
+        terms = [f"{name}.dtype"]
+        if specialize and align:
+            terms.append(f"{name}.data_ptr() & 15 == 0")
+        return None, terms  # a non-tensor fails on .dtype: Triton's path
     kind = type(value)
     if kind is int:
+        width = [f"-2147483648 <= {name} < 2147483648", f"{name} < 9223372036854775808"]
         if not specialize:
-            return _int_width(value)
-        if value == 1:
-            return 1  # Triton makes an int argument equal to 1 a constant
-        return (_int_width(value), align and value & 15 == 0)
-    if kind is float or kind is bool or value is None:
-        return kind
+            return f"type({name}) is int", width
+        divisible = [f"{name} & 15 == 0"] if align else []
+        return f"type({name}) is int", [f"{name} == 1", *divisible, *width]
+    if kind is float or kind is bool:
+        return f"type({name}) is {kind.__name__}", []
+    if value is None:
+        return f"{name} is None", []
     raise TypeError(f"direct launch: unsupported argument type {kind.__name__}")
 
 
+def _make_keyer(rules, sample_args: tuple):
+    """A function of the arguments returning their key, or None when an argument's type differs
+    from sample_args' (those launches take Triton's path). rules: per parameter (is a
+    constexpr, specialized, specialized on alignment)."""
+    names = [f"a{i}" for i in range(len(sample_args))]
+    guards, terms = [], []
+    for name, value, rule in zip(names, sample_args, rules, strict=False):
+        guard, arg_terms = _arg_terms(name, value, *rule)
+        if guard:
+            guards.append(guard)
+        terms.extend(arg_terms)
+    check = f"    if not ({' and '.join(guards)}):\n        return None\n" if guards else ""
+    returned = "".join(f"{term}, " for term in terms)
+    source = f"def keyer({', '.join(names)}):\n{check}    return ({returned})\n"
+    namespace: dict = {}
+    exec(source, namespace)  # noqa: S102  (generated from parameter rules, no outside input)
+    return namespace["keyer"]
+
+
 def _rules(kernel) -> tuple[tuple[bool, bool, bool], ...]:
-    rules = _PARAM_RULES.get(id(kernel))
-    if rules is None:
-        rules = tuple(
-            (
-                p.is_constexpr,
-                not p.do_not_specialize,
-                not getattr(p, "do_not_specialize_on_alignment", False),
-            )
-            for p in kernel.params
+    return tuple(
+        (
+            p.is_constexpr,
+            not p.do_not_specialize,
+            not getattr(p, "do_not_specialize_on_alignment", False),
         )
-        _PARAM_RULES[id(kernel)] = rules
-    return rules
+        for p in kernel.params
+    )
 
 
 def _hooks_installed() -> bool:
@@ -94,31 +114,32 @@ def _hooks_installed() -> bool:
     return False
 
 
-def launch(kernel, grid, args: tuple, meta: dict) -> None:
+def launch(kernel, grid, args: tuple, meta: dict, device_index: int) -> None:
     """kernel[grid](*args, **meta), through the cached compiled kernel when there is one.
 
     kernel: a @triton.jit function; args: its leading parameters, positionally; meta: every
     later parameter by name (defaults are not filled in), plus num_warps and num_stages;
-    grid: a tuple, or a function of meta (as Triton's). Launches on the current CUDA device.
+    grid: a tuple, or a function of meta (as Triton's); device_index: the current CUDA device,
+    where x lives (the caller made it current).
     """
-    if _hooks_installed():
+    keyer = _KEYERS.get((id(kernel), len(args)))
+    if keyer is None:
+        keyer = _KEYERS[(id(kernel), len(args))] = _make_keyer(_rules(kernel), args)
+    try:
+        arg_key = keyer(*args)
+    except AttributeError:  # a non-tensor where the first launch had a tensor
+        arg_key = None
+    if arg_key is None or _hooks_installed():
         kernel[grid](*args, **meta)
         return
-    rules = _rules(kernel)
-    device_index = driver.active.get_current_device()
-    key = (
-        id(kernel),
-        device_index,
-        *meta.items(),
-        *(_arg_key(a, *rule) for a, rule in zip(args, rules, strict=False)),
-    )
+    key = (id(kernel), device_index, *meta.items(), arg_key)
     compiled = _COMPILED.get(key)
     if compiled is None:
         compiled = kernel[grid](*args, **meta)
         if compiled is not None:
             _COMPILED[key] = compiled
         return
-    if check_enabled():
+    if _CHECK:
         expected = kernel.warmup(*args, grid=grid, **meta)
         if expected is not compiled:
             raise RuntimeError(
@@ -126,18 +147,16 @@ def launch(kernel, grid, args: tuple, meta: dict) -> None:
                 "Triton chose for these arguments (the specialization key misses something)"
             )
     size = grid(meta) if callable(grid) else grid
-    stream = driver.active.get_current_stream(device_index)
-    later = [meta[name] for name in kernel.arg_names[len(args) :]]
     compiled.run(
         size[0],
         size[1] if len(size) > 1 else 1,
         size[2] if len(size) > 2 else 1,
-        stream,
+        driver.active.get_current_stream(device_index),
         compiled.function,
         compiled.packed_metadata,
         None,  # launch metadata: only read by launch hooks, which are not installed
         None,
         None,
         *args,
-        *later,
+        *[meta[name] for name in kernel.arg_names[len(args) :]],
     )

@@ -76,9 +76,13 @@ def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
+#: Read once, when triton is imported with this module, as Triton itself reads it.
+_INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
 def interpreting() -> bool:
     """True when Triton runs kernels through its CPU interpreter."""
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return _INTERPRETING
 
 
 def rows_per_tile(kernel_name: str, block_n: int) -> int:
@@ -227,9 +231,14 @@ def _autotuned(kernel_name: str):
     )(kernel)
 
 
+#: RMSNORM_TRITON_AUTOTUNE, read at import (an environment lookup per launch costs host time).
+_AUTOTUNE = os.environ.get("RMSNORM_TRITON_AUTOTUNE", "1") != "0"
+
+
 def autotuning() -> bool:
-    """Autotune on a GPU unless RMSNORM_TRITON_AUTOTUNE=0 (quick checks: one compile per shape)."""
-    return not interpreting() and os.environ.get("RMSNORM_TRITON_AUTOTUNE", "1") != "0"
+    """Autotune on a GPU unless RMSNORM_TRITON_AUTOTUNE=0 was set before import (quick checks:
+    one compile per shape)."""
+    return _AUTOTUNE and not _INTERPRETING
 
 
 def heuristic_num_warps(tile: int) -> int:
@@ -278,7 +287,7 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> None:
             return
     else:
         config = _heuristic_config(kernel_name, kwargs["BLOCK_N"])
-    direct.launch(kernel, grid, args, {**kwargs, **config})
+    direct.launch(kernel, grid, args, {**kwargs, **config}, args[0].get_device())
 
 
 #: num_stages when a launch does not choose one (Triton's default).
@@ -303,7 +312,7 @@ def _launch_fixed(kernel, grid, *args, num_warps: int, **constexprs) -> None:
         kernel[grid](*args, **constexprs, num_warps=num_warps)
     else:
         meta = {**constexprs, "num_warps": num_warps, "num_stages": TRITON_DEFAULT_STAGES}
-        direct.launch(kernel, grid, args, meta)
+        direct.launch(kernel, grid, args, meta, args[0].get_device())
 
 
 #: Where the tuning key's runtime values (N, ROWS_BUCKET) sit among each kernel's arguments.
@@ -355,8 +364,9 @@ def check_hidden_size(n: int) -> None:
 
 def _on_device(x: torch.Tensor):
     """Make x's GPU the current device for the launches (a no-op when it already is)."""
-    if x.device.type == "cuda" and x.device.index != torch.cuda.current_device():
-        return torch.cuda.device(x.device)
+    index = x.get_device()  # -1 on the CPU
+    if index >= 0 and index != torch.cuda.current_device():
+        return torch.cuda.device(index)
     return contextlib.nullcontext()
 
 
