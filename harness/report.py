@@ -14,6 +14,8 @@ from collections.abc import Iterable
 
 from tabulate import tabulate
 
+from impls import OPS
+
 
 def _geomean(values: Iterable[float]) -> float | None:
     values = [v for v in values if v and v > 0]
@@ -29,7 +31,13 @@ def _median(values: list[float]) -> float | None:
 
 
 #: The baseline of each op's "x eager" column.
-EAGER_BASELINE = {"rmsnorm": "eager", "add_rmsnorm": "eager-add"}
+def baseline(op: str) -> str:
+    """The backend the "x eager" speedups of op divide by (Backend.role "baseline"). Read from
+    the registry when called: loading it imports triton, which must not happen before
+    harness.compare has set TRITON_INTERPRET."""
+    from impls import backend_with_role
+
+    return backend_with_role(op, "baseline")
 
 
 def op_of(row: dict) -> str:
@@ -37,7 +45,7 @@ def op_of(row: dict) -> str:
 
 
 def ops_in(rows: list[dict]) -> list[str]:
-    return sorted({op_of(r) for r in rows}, key=list(EAGER_BASELINE).index)
+    return sorted({op_of(r) for r in rows}, key=OPS.index)
 
 
 def _select(rows: list[dict], mode: str, timing: str, op: str) -> list[dict]:
@@ -49,7 +57,7 @@ def ranking(rows: list[dict], mode: str, timing: str, op: str = "rmsnorm") -> li
     chosen = _select(rows, mode, timing, op)
     cases = sorted({(r["shape"], r["dtype"]) for r in chosen})
     eager_ms = {(r["shape"], r["dtype"]): r["ms"] for r in chosen
-                if r["backend"] == EAGER_BASELINE[op] and r["status"] == "ok"}  # fmt: skip
+                if r["backend"] == baseline(op) and r["status"] == "ok"}  # fmt: skip
     by_backend: dict[str, list[dict]] = defaultdict(list)
     for r in chosen:
         by_backend[r["backend"]].append(r)
@@ -182,8 +190,13 @@ def plot(rows: list[dict], path: str, title: str = "", op: str = "rmsnorm") -> N
     plt.close(fig)
 
 
-#: Our backend for each op: what the ours-vs-best-peer tables compare.
-OURS = {"rmsnorm": "triton", "add_rmsnorm": "triton-add"}
+def ours(op: str) -> str:
+    """Our backend for op (Backend.role "ours"): what the ours-vs-best-peer tables compare."""
+    from impls import backend_with_role
+
+    return backend_with_role(op, "ours")
+
+
 #: Within this fraction of the fastest peer counts as a tie (issue 5's 2%).
 TIE = 0.02
 
@@ -198,16 +211,18 @@ def versus(rows: list[dict], mode: str, timing: str, op: str = "rmsnorm") -> lis
     for (m, n, dtype), cell in sorted(
         by_case.items(), key=lambda kv: (kv[0][2], kv[0][1], kv[0][0])
     ):
-        ours = cell.get(OURS[op])
+        our_name, baseline_name = ours(op), baseline(op)
+        our_row = cell.get(our_name)
         peers = {b: r for b, r in cell.items()
-                 if b != OURS[op] and b != EAGER_BASELINE[op] and r.get("oracle_passed")}  # fmt: skip
-        if ours is None or not peers:
+                 if b not in (our_name, baseline_name) and r.get("oracle_passed")}  # fmt: skip
+        if our_row is None or not peers:
             continue
         best = max(peers, key=lambda b: peers[b]["gbps"])
-        out.append({"m": m, "n": n, "dtype": dtype, "ours_gbps": ours["gbps"],
-                    "ours_pct_ceiling": ours.get("pct_ceiling"), "ours_passed": ours.get("oracle_passed"),
+        out.append({"m": m, "n": n, "dtype": dtype, "ours_gbps": our_row["gbps"],
+                    "ours_pct_ceiling": our_row.get("pct_ceiling"),
+                    "ours_passed": our_row.get("oracle_passed"),
                     "peer": best, "peer_gbps": peers[best]["gbps"],
-                    "ratio": ours["gbps"] / peers[best]["gbps"]})  # fmt: skip
+                    "ratio": our_row["gbps"] / peers[best]["gbps"]})  # fmt: skip
     return out
 
 
@@ -222,7 +237,7 @@ def versus_table(rows: list[dict], mode: str, timing: str, op: str = "rmsnorm") 
     ratios = [e["ratio"] for e in entries]
     summary = (f"geomean ratio {_geomean(ratios):.2f}, worst {min(ratios):.2f}; ahead or tied "
                f"(within {TIE:.0%}) at {sum(r >= 1 - TIE for r in ratios)} of {len(ratios)} cases")  # fmt: skip
-    headers = ["shape", "dtype", f"{OURS[op]} GB/s", "% ceiling", "fastest peer", "peer GB/s",
+    headers = ["shape", "dtype", f"{ours(op)} GB/s", "% ceiling", "fastest peer", "peer GB/s",
                "ratio", ""]  # fmt: skip
     return tabulate(table, headers=headers, tablefmt="github") + "\n\n" + summary
 
@@ -292,9 +307,8 @@ def markdown_page(runs: list[tuple], command: str, notes: str | None = None) -> 
                 "",
             ]
         for op, mode, timing in sections:
-            if op in OURS:
-                lines += [f"### {op} {mode}, {timing}: ours against the fastest peer", "",
-                          versus_table(rows, mode, timing, op), ""]  # fmt: skip
+            lines += [f"### {op} {mode}, {timing}: ours against the fastest peer", "",
+                      versus_table(rows, mode, timing, op), ""]  # fmt: skip
         lines += ["<details><summary>Per shape (GB/s), every backend</summary>", ""]
         for op, mode, timing in sections:
             lines += [

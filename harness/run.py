@@ -219,6 +219,17 @@ def run(
         _free()
 
 
+def _launch_configs(backend: Backend) -> dict | None:
+    """The launch configurations the backend reports for its latest launches (our autotuned
+    kernels: kernel name -> config), or None."""
+    if backend.launch_configs is None:
+        return None
+    try:
+        return backend.launch_configs()
+    except Exception as exc:  # a record, never a reason to lose the row
+        return {"error": _error_text(exc)}
+
+
 def _backend_rows(backend, shape, dtype, device, sets, ref, floors, config):
     reason = backend.skip_reason(shape, dtype, device)
     check = None
@@ -229,6 +240,7 @@ def _backend_rows(backend, shape, dtype, device, sets, ref, floors, config):
             check = check_backend(backend, fn, sets[0], ref=ref)
         except Exception as exc:
             reason = f"error: {_error_text(exc)}"
+        _launch_configs(backend)  # drop the check's launches: each row records its own
     for mode in config.modes:
         for timing in config.timings:
             row = {"mode": mode, "timing": timing, "floor_ms": floors.get(timing)}
@@ -254,7 +266,8 @@ def _backend_rows(backend, shape, dtype, device, sets, ref, floors, config):
                 _recover()
                 yield {**row, "status": "error", "reason": _error_text(exc)}
                 continue
-            yield {**row, "status": "ok", "reason": None, "ms": t.ms, "p20": t.p20, "p80": t.p80}
+            yield {**row, "status": "ok", "reason": None, "ms": t.ms, "p20": t.p20, "p80": t.p80,
+                   "launch": _launch_configs(backend)}  # fmt: skip
     del fn
     _free()
 

@@ -29,6 +29,8 @@ AddRMSNormFn = Callable[
 
 #: The ops the suite measures; a backend implements exactly one.
 OPS = ("rmsnorm", "add_rmsnorm")
+#: What a backend is to the tables (Backend.role).
+ROLES = ("ours", "baseline", "peer")
 
 # Module names under impls/, in the order tables list them when times tie.
 _BACKEND_MODULES: tuple[str, ...] = (
@@ -70,6 +72,12 @@ class Backend:
         harness then times it host-inclusive only and marks the row.
     unavailable: returns None when the backend can run here, else the reason (and how to fix).
     unsupported: returns None when this (shape, dtype, device) case can run, else the reason.
+    role: "ours" (the project's kernel: what the ours-against-the-fastest-peer tables compare),
+        "baseline" (eager PyTorch: the "x eager" speedups divide by it) or "peer"; one "ours"
+        and one "baseline" per op.
+    launch_configs: for backends that choose launch configurations at run time (our autotuned
+        kernel): returns the configurations used since its last call, and forgets them, so the
+        harness can record per result row which configuration was timed. None otherwise.
     add_normalizes: add_rmsnorm only: what y normalizes. "stored_sum": h = x + r as stored (rounded
         to x's dtype), as the unfused code does; "exact_sum": x + r before that rounding (QuACK's
         definition). The oracle judges each backend against the exact value of its own
@@ -89,8 +97,12 @@ class Backend:
         default=_supports_everything
     )
     add_normalizes: str = "stored_sum"
+    role: str = "peer"
+    launch_configs: Callable[[], dict] | None = None
 
     def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"role: expected one of {ROLES}, got {self.role!r}")
         if self.add_normalizes not in ("stored_sum", "exact_sum"):
             raise ValueError(
                 f"add_normalizes: expected 'stored_sum' or 'exact_sum', got {self.add_normalizes!r}"
@@ -122,6 +134,11 @@ def _load_registry() -> dict[str, Backend]:
                 if backend.op not in OPS:
                     raise RuntimeError(f"backend {backend.name!r}: op {backend.op!r} not in {OPS}")
                 registry[backend.name] = backend
+        for op in OPS:
+            for role in ("ours", "baseline"):
+                named = [b.name for b in registry.values() if b.op == op and b.role == role]
+                if len(named) != 1:
+                    raise RuntimeError(f"op {op!r}: expected one {role!r} backend, got {named}")
         _REGISTRY = registry
     return _REGISTRY
 
@@ -129,6 +146,11 @@ def _load_registry() -> dict[str, Backend]:
 def all_backends(op: str | None = "rmsnorm") -> list[Backend]:
     """Every registered backend of ``op`` (all ops when None), available here or not."""
     return [b for b in _load_registry().values() if op is None or b.op == op]
+
+
+def backend_with_role(op: str, role: str) -> str:
+    """The name of op's backend with that role ("ours" or "baseline")."""
+    return next(b.name for b in _load_registry().values() if b.op == op and b.role == role)
 
 
 def backend_names() -> list[str]:

@@ -37,6 +37,7 @@ BACKENDS = (
         build=_build,
         numerics="storage_dtype_chain",
         own_backward=False,
+        role="baseline",
     ),
     Backend(
         name="eager-add",
@@ -45,5 +46,6 @@ BACKENDS = (
         numerics="storage_dtype_chain",
         own_backward=False,
         op="add_rmsnorm",
+        role="baseline",
     ),
 )

@@ -99,6 +99,12 @@ def test_compare_prints_a_ranked_table_and_says_when_it_ran_on_the_cpu(tmp_path,
         ("eager", "bwd"),
     }
     assert all(r["status"] == "ok" and r["oracle_passed"] for r in rows)
+    # each of our rows records the launch configuration it timed; peers record none
+    launches = {r["mode"]: r["launch"] for r in rows if r["backend"] == "triton"}
+    assert set(launches["fwd"]) == {"rmsnorm_fwd_kernel"}
+    assert {"rmsnorm_fwd_kernel", "rmsnorm_bwd_kernel"} <= set(launches["bwd"])
+    assert {"BLOCK_M", "num_warps", "num_stages"} <= set(launches["fwd"]["rmsnorm_fwd_kernel"])
+    assert all(r["launch"] is None for r in rows if r["backend"] == "eager")
 
 
 def test_from_prints_the_committed_h200_ranking(capsys):

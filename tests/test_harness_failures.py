@@ -110,3 +110,17 @@ def test_poisoned_memory_reaches_the_next_allocation(numel):
     fresh = torch.empty(numel, dtype=torch.bfloat16, device="cuda")
     assert torch.isnan(fresh).all()
     del keep
+
+
+def test_backend_roles_are_checked():
+    """One "ours" and one "baseline" backend per op, named by the registry (the tables compare
+    against them); an unknown role is refused."""
+    from impls import OPS, Backend, backend_with_role
+
+    for op in OPS:
+        assert get_backend(backend_with_role(op, "ours")).role == "ours"
+        assert get_backend(backend_with_role(op, "baseline")).role == "baseline"
+    assert backend_with_role("rmsnorm", "ours") == "triton"
+    with pytest.raises(ValueError, match="role: expected one of"):
+        Backend(name="x", label="x", build=lambda: None, numerics="fused_fp32",
+                own_backward=True, role="champion")  # fmt: skip

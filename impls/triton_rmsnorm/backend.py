@@ -49,6 +49,12 @@ def _build_add() -> AddRMSNormFn:
     return triton_add_rmsnorm
 
 
+def _launch_configs() -> dict:
+    from .launch import take_launch_configs
+
+    return take_launch_configs()
+
+
 def _numerics() -> str:
     # Read when the registry loads, after the tests and harness.compare have set TRITON_INTERPRET.
     from .launch import interpreting
@@ -65,6 +71,8 @@ BACKENDS = (
         own_backward=True,
         unavailable=_unavailable,
         unsupported=_unsupported,
+        role="ours",
+        launch_configs=_launch_configs,
     ),
     Backend(
         name="triton-add",
@@ -75,5 +83,7 @@ BACKENDS = (
         op="add_rmsnorm",
         unavailable=_unavailable,
         unsupported=_unsupported,
+        role="ours",
+        launch_configs=_launch_configs,
     ),
 )

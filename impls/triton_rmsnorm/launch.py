@@ -265,6 +265,7 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> None:
         config = {**_heuristic_config(kernel_name, kwargs["BLOCK_N"]), "num_warps": 4}
         if kernel_name == "rmsnorm_fwd_looped_kernel":
             config["PROGRAMS_PER_SM"] = 1  # fewer programs than rows: the row loop is exercised
+        _LAUNCHED[kernel_name] = config
         kernel[grid](*args, **kwargs, **config)
         return
     if autotuning():
@@ -279,7 +280,7 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> None:
             tuner = _autotuned(kernel_name)
             tuner[grid](*args, **kwargs)
             best = tuner.best_config
-            _TUNED[key] = {
+            _TUNED[key] = _LAUNCHED[kernel_name] = {
                 **best.kwargs,
                 "num_warps": best.num_warps,
                 "num_stages": best.num_stages,
@@ -287,11 +288,25 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> None:
             return
     else:
         config = _heuristic_config(kernel_name, kwargs["BLOCK_N"])
+    _LAUNCHED[kernel_name] = config
     direct.launch(kernel, grid, args, {**kwargs, **config}, args[0].get_device())
 
 
 #: num_stages when a launch does not choose one (Triton's default).
 TRITON_DEFAULT_STAGES = 3
+
+
+#: kernel name -> the configuration of its latest launch (see take_launch_configs).
+_LAUNCHED: dict[str, dict] = {}
+
+
+def take_launch_configs() -> dict[str, dict]:
+    """The tuned kernels launched since the last call, each with its latest configuration
+    (BLOCK_M or PROGRAMS_PER_SM, num_warps, num_stages), then forgets them. For the harness's
+    records: which configuration a timing ran."""
+    taken = dict(_LAUNCHED)
+    _LAUNCHED.clear()
+    return taken
 
 
 def _heuristic_config(kernel_name: str, block_n: int) -> dict:
