@@ -100,6 +100,61 @@ def test_looped_forward_serves_rows_the_single_tile_also_serves(monkeypatch, wit
 
 @pytest.mark.parametrize(
     "shape, dtype",
+    [((9, 20000), torch.bfloat16), ((5, 30000), torch.float32), ((3, 16385), torch.float16)],
+    ids=["bf16-9x20000", "fp32-5x30000", "fp16-3x16385"],
+)  # fmt: skip
+def test_cooperative_forward_matches_the_oracle(monkeypatch, shape, dtype):
+    """The opt-in cooperative forward (x read once; RMSNORM_TRITON_COOP=1): more rows than row
+    groups, N not a multiple of its chunk. Under the interpreter programs run one by one, so
+    every program but a row's last sums the row itself (the fallback) and the last reads the
+    published partials: both branches run. The backward reads the rstd it saved."""
+    monkeypatch.setattr(launch, "_COOP", True)
+    m, n = shape
+    paths = launch._forward_paths(m, n, torch.device(DEVICE), has_residual=False)
+    assert paths[0] is launch._forward_coop
+    if ON_GPU:
+        monkeypatch.setattr(launch, "_AUTOTUNE", False)  # run it, not the fastest path
+    result = check_backend(get_backend("triton"), rmsnorm, make_inputs(shape, dtype, DEVICE))
+    assert result.passed, result.summary()
+
+
+@pytest.mark.skipif(not ON_GPU, reason="autotuning needs a GPU to time configs")
+def test_cooperative_forward_autotuned_matches_the_oracle(monkeypatch):
+    """The cooperative forward as the product would run it once enabled: autotuned (its COUNT
+    zeroed before every tuning run) and measured against the other paths."""
+    monkeypatch.setattr(launch, "_COOP", True)
+    monkeypatch.setattr(launch, "_AUTOTUNE", True)
+    for shape in [(64, 2**20), (300, 2 * SINGLE_TILE_MAX_N + 8), (1024, 32768)]:
+        result = check_backend(
+            get_backend("triton"), rmsnorm, make_inputs(shape, torch.bfloat16, DEVICE)
+        )
+        assert result.passed, (shape, result.summary())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+def test_cooperative_forward_gives_every_chunk_of_a_row_the_same_rstd(monkeypatch, dtype):
+    """Each program of a row computes rstd on its own (from the partners' partials or, past the
+    wait, from x): the bits must agree, so y equals x * rstd * w with the one rstd stored. (bf16
+    is left out: the interpreter's bf16 rounding differs from torch's, at any path.)"""
+    monkeypatch.setattr(launch, "_COOP", True)
+    monkeypatch.setattr(launch, "_AUTOTUNE", False)
+    inputs = make_inputs((7, 3 * launch.COOP_BLOCK_N - 5), dtype, DEVICE)
+    y, rstd, _ = launch.rmsnorm_forward(inputs.x, inputs.weight, inputs.eps)
+    expected = (inputs.x.float() * rstd[:, None] * inputs.weight.float()).to(dtype)
+    assert torch.equal(y, expected)
+
+
+def test_cooperative_forward_only_where_a_rows_chunks_can_all_run():
+    """No more chunks a row than the programs cap (SMs): beyond, partners could not all run
+    at once and every wait would time out."""
+    device = torch.device(DEVICE)
+    cap = launch._programs_cap(device)
+    assert launch.coop_fits(cap * launch.COOP_BLOCK_N, device)
+    assert not launch.coop_fits(cap * launch.COOP_BLOCK_N + 1, device)
+
+
+@pytest.mark.parametrize(
+    "shape, dtype",
     [((1000, 128), torch.bfloat16), ((77, 64), torch.float16), ((2, 5, 300), torch.float32)],
     ids=["bf16-1000x128", "fp16-77x64", "fp32-2x5x300"],
 )  # fmt: skip

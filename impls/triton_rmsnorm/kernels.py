@@ -336,3 +336,65 @@ def rmsnorm_bwd_split_finish_kernel(
     s = tl.arange(0, BLOCK_S)
     partial = tl.load(PARTIAL + row * splits + s, mask=s < splits, other=0.0)
     tl.store(MEAN_GX + row, tl.sum(partial, axis=0) * tl.load(RSTD + row) / N)
+
+
+# ---- wide rows, read once: a row's chunks held by cooperating programs --------------------------
+# The looped and split forwards read x twice. Here each program keeps one BLOCK_N chunk of a row
+# in registers, publishes the chunk's sum of squares, waits (bounded) until every chunk of the row
+# has published, then scales the chunk it holds: x is read once. A program that waits past
+# SPIN_LIMIT (its partners are not running: more programs than fit on the GPU at once, or the
+# interpreter, which runs programs one by one) computes the row's sum itself from x, chunk by
+# chunk in the same order and the same reduction tree, so every program of a row gets the same
+# rstd bits either way: slower, never wrong, never stuck.
+
+
+@triton.jit(do_not_specialize=["ROWS_BUCKET"])
+def rmsnorm_fwd_coop_kernel(
+    X, W, Y, RSTD, PARTIAL, COUNT,
+    stride_x_row, stride_y_row, M, N, splits, eps, offset,
+    ROWS_BUCKET,  # bit length of M: part of the autotuning key only, unused here
+    BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr, SPIN_LIMIT: tl.constexpr,
+    PROGRAMS_PER_SM: tl.constexpr,  # sets the grid (launch.py): row groups in flight
+):  # fmt: skip
+    """Program (chunk, row group): rows g, g + groups, ... of its chunk. PARTIAL [M, splits] fp32
+    receives the chunks' sums of squares; COUNT [M] int32, zeroed by the caller, counts the
+    chunks of each row that have published theirs. The next row's chunk is loaded before the
+    wait, so the wait overlaps a load."""
+    chunk = tl.program_id(0)
+    cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < N
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
+    s = tl.arange(0, BLOCK_S)
+    first = tl.program_id(1).to(tl.int64)
+    step = tl.num_programs(1)
+    x = tl.load(X + first * stride_x_row + cols, mask=cols < tl.where(first < M, N, 0), other=0.0)
+    x = x.to(tl.float32)
+    for row in range(first, M, step):
+        tl.store(PARTIAL + row * splits + chunk, tl.sum(x * x, axis=0))
+        # whichever thread stored the partial, the thread doing the atomic has seen it; the
+        # release then makes it visible to whoever sees the new count
+        tl.debug_barrier()
+        arrived = tl.atomic_add(COUNT + row, 1, sem="acq_rel") + 1
+        nxt = row + step
+        x_next = tl.load(
+            X + nxt * stride_x_row + cols, mask=cols < tl.where(nxt < M, N, 0), other=0.0
+        )
+        tries = tl.full([], 0, tl.int32)
+        while (arrived < splits) & (tries < SPIN_LIMIT):
+            arrived = tl.atomic_add(COUNT + row, 0, sem="acquire")
+            tries += 1
+        tl.debug_barrier()  # every thread reads the partials after the acquire
+        if arrived >= splits:
+            partial = tl.load(PARTIAL + row * splits + s, mask=s < splits, other=0.0, volatile=True)
+        else:  # partners not running: the row's sums from x, as each partner computes its own
+            partial = tl.zeros([BLOCK_S], dtype=tl.float32)
+            for c in range(0, splits):
+                c_cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+                xc = tl.load(X + row * stride_x_row + c_cols, mask=c_cols < N, other=0.0)
+                xc = xc.to(tl.float32)
+                partial = tl.where(s == c, tl.sum(xc * xc, axis=0), partial)
+        rstd = 1.0 / tl.sqrt_rn(tl.sum(partial, axis=0) / N + eps)
+        tl.store(Y + row * stride_y_row + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+        if chunk == 0:
+            tl.store(RSTD + row, rstd)
+        x = x_next.to(tl.float32)

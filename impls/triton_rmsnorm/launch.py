@@ -40,6 +40,14 @@ WIDE_BLOCK_N = 4096
 #: Chunk width of the split kernels (wide rows, fewer of them than SMs): one program per
 #: (row, chunk).
 SPLIT_BLOCK_N = 16384
+#: Chunk width of the cooperative forward (one chunk of a row per program, held in registers).
+COOP_BLOCK_N = 8192
+#: Polls of a row's count by a cooperative program before it sums the row itself: a few ms of
+#: L2 atomics; partners that run at the same time arrive within microseconds.
+COOP_SPIN_LIMIT = 1 << 12
+#: The cooperative forward (x read once for wide rows) is a candidate path only when
+#: RMSNORM_TRITON_COOP=1 was set before import: not yet measured on a GPU (docs/perf-log.md).
+_COOP = os.environ.get("RMSNORM_TRITON_COOP", "0") == "1"
 #: The dw reduction's tile: 64 partial rows x 64 columns per step, one program per 64 columns.
 DW_REDUCE_BLOCK_ROWS = 64
 DW_REDUCE_BLOCK_N = 64
@@ -111,7 +119,7 @@ def _configs(kernel_name: str) -> list[triton.Config]:
     stages = (1,) if kernel_name in _LOOP_FREE else NUM_STAGES_CHOICES
     if kernel_name in TILE_TARGET:
         metas = [{"BLOCK_M": m} for m in ROWS_PER_TILE_CHOICES]
-    elif kernel_name == "rmsnorm_fwd_looped_kernel":
+    elif kernel_name in ("rmsnorm_fwd_looped_kernel", "rmsnorm_fwd_coop_kernel"):
         metas = [{"PROGRAMS_PER_SM": p} for p in PROGRAMS_PER_SM_CHOICES]
     else:
         metas = [{}]
@@ -182,6 +190,16 @@ def _prune_looped_forward(configs, named_args, **kwargs):
     ]
 
 
+def _prune_coop_forward(configs, named_args, **kwargs):
+    """The cooperative forward: 8 to 32 elements per thread per chunk; programs per SM up to 4
+    (every program of a row group must be running at once for the waits to end quickly)."""
+    return [
+        c
+        for c in configs
+        if c.kwargs["PROGRAMS_PER_SM"] <= 4 and _threads_fit(kwargs["BLOCK_N"], c.num_warps, 8, 32)
+    ]
+
+
 def _prune_warps(configs, named_args, **kwargs):
     """Split kernels (one BLOCK_N chunk per program): 8 to 64 elements per thread."""
     kept = [c for c in configs if _threads_fit(kwargs["BLOCK_N"], c.num_warps, 8, 64)]
@@ -195,6 +213,7 @@ def _prune_warps(configs, named_args, **kwargs):
 _TUNING_KEYS = {
     "rmsnorm_fwd_kernel": ["N", "ROWS_BUCKET", "HAS_RESIDUAL"],
     "rmsnorm_fwd_looped_kernel": ["N", "ROWS_BUCKET", "HAS_RESIDUAL"],
+    "rmsnorm_fwd_coop_kernel": ["N", "ROWS_BUCKET"],
     "rmsnorm_bwd_kernel": ["N", "ROWS_BUCKET", "HAS_DH_OUT"],
     "rmsnorm_bwd_columns_kernel": ["N", "HAS_DH_OUT"],
     "rmsnorm_bwd_row_dot_kernel": ["N"],
@@ -221,6 +240,8 @@ def _autotuned(kernel_name: str):
         prune = {"early_config_prune": _prune_warps}
     elif kernel_name == "rmsnorm_fwd_looped_kernel":
         prune = {"early_config_prune": _prune_looped_forward}
+    elif kernel_name == "rmsnorm_fwd_coop_kernel":
+        prune = {"early_config_prune": _prune_coop_forward}
     else:
         prune = None
     return triton.autotune(
@@ -228,7 +249,12 @@ def _autotuned(kernel_name: str):
         key=_TUNING_KEYS[kernel_name],
         prune_configs_by=prune,
         do_bench=_tuning_bench,
+        reset_to_zero=_RESET_TO_ZERO.get(kernel_name),
     )(kernel)
+
+
+#: Arguments a kernel expects zeroed at every launch (the autotuner reruns it).
+_RESET_TO_ZERO = {"rmsnorm_fwd_coop_kernel": ["COUNT"]}
 
 
 #: RMSNORM_TRITON_AUTOTUNE, read at import (an environment lookup per launch costs host time).
@@ -317,6 +343,8 @@ def _heuristic_config(kernel_name: str, block_n: int) -> dict:
         config["BLOCK_M"] = rows_per_tile(kernel_name, block_n)
     if kernel_name == "rmsnorm_fwd_looped_kernel":
         config["PROGRAMS_PER_SM"] = HEURISTIC_PROGRAMS_PER_SM
+    if kernel_name == "rmsnorm_fwd_coop_kernel":
+        config["PROGRAMS_PER_SM"] = 2
     tile = config.get("BLOCK_M", 1) * block_n
     return {**config, "num_warps": heuristic_num_warps(tile), "num_stages": TRITON_DEFAULT_STAGES}
 
@@ -420,19 +448,38 @@ def rmsnorm_forward(
     dtypes = (x.dtype, weight.dtype, y.dtype)
     args = (x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual)
     with _on_device(x):
-        if forward_is_looped(n) and rows_are_split(m, x.device):
-            _forward_split(*args)
-        elif forward_is_looped(n):
-            _forward_looped(*args)
-        elif n <= FORWARD_LOOPED_FROM_N or not autotuning():
-            _forward_single_tile(*args)
+        paths = _forward_paths(m, n, x.device, has_residual)
+        if len(paths) == 1 or not autotuning():
+            paths[0](*args)
         else:
             key = (n, m.bit_length(), has_residual, *dtypes)
             path = _FORWARD_PATH.get(key)
             if path is None:
-                path = _FORWARD_PATH[key] = _fastest([_forward_single_tile, _forward_looped], args)
+                path = _FORWARD_PATH[key] = _fastest(paths, args)
             path(*args)
     return y, rstd, h
+
+
+def _forward_paths(m: int, n: int, device: torch.device, has_residual: bool) -> list:
+    """The forward paths that can serve [m, n], the default first; with several, a GPU measures
+    them at the first call (autotuning) and keeps the fastest."""
+    if n <= FORWARD_LOOPED_FROM_N:
+        paths = [_forward_single_tile]
+    elif not forward_is_looped(n):
+        paths = [_forward_single_tile, _forward_looped]
+    elif rows_are_split(m, device):
+        paths = [_forward_split]
+    else:
+        paths = [_forward_looped]
+    if _COOP and not has_residual and n > FORWARD_LOOPED_FROM_N and coop_fits(n, device):
+        paths.insert(0, _forward_coop)
+    return paths
+
+
+def coop_fits(n: int, device: torch.device) -> bool:
+    """A row's chunks fit the cooperative forward: no more of them than the programs cap (the
+    SM count), so that a row's programs can all run at once."""
+    return cdiv(n, COOP_BLOCK_N) <= _programs_cap(device)
 
 
 #: Rows wider than this and up to SINGLE_TILE_MAX_N can take either forward path: the single
@@ -453,6 +500,26 @@ def _fastest(paths: list, args: tuple):
         path(*args)
     times = [triton.testing.do_bench(lambda p=p: p(*args), warmup=5, rep=25) for p in paths]
     return paths[times.index(min(times))]
+
+
+def _forward_coop(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
+    """x read once: each row's COOP_BLOCK_N chunks held by as many programs, which exchange
+    their sums of squares (kernels.rmsnorm_fwd_coop_kernel). Allocates one fp32 per (row,
+    chunk) and one int32 per row (zeroed: one memset)."""
+    m, n = x.shape
+    splits = cdiv(n, COOP_BLOCK_N)
+    partial = torch.empty((m, splits), dtype=torch.float32, device=x.device)
+    count = torch.zeros((m,), dtype=torch.int32, device=x.device)
+    cap = _programs_cap(x.device)
+    # the interpreter runs programs one after another: waiting for a partner cannot succeed
+    spin_limit = 0 if interpreting() else COOP_SPIN_LIMIT
+    _launch(
+        "rmsnorm_fwd_coop_kernel",
+        lambda meta: (splits, max(1, min(m, meta["PROGRAMS_PER_SM"] * cap // splits))),
+        x, weight, y, rstd, partial, count, strides[0], strides[1], m, n, splits, eps, offset,
+        m.bit_length(), dtypes=(x.dtype, weight.dtype, y.dtype), BLOCK_N=COOP_BLOCK_N,
+        BLOCK_S=next_power_of_2(splits), SPIN_LIMIT=spin_limit,
+    )  # fmt: skip
 
 
 def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
