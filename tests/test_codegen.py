@@ -1,4 +1,4 @@
-"""What the GPU would run, checked without a GPU: the cooperative forward compiled for Hopper
+"""What the GPU would run, checked without a GPU: the cooperative kernels compiled for Hopper
 (sm_90) by Triton's own compiler and ptxas, in a subprocess without the interpreter.
 
 Its runtime (partners waiting on each other) can only be tested on a GPU; this pins down the
@@ -22,29 +22,44 @@ _SCRIPT = textwrap.dedent(
     from triton.compiler import ASTSource
     from impls.triton_rmsnorm import kernels
 
-    kernel = kernels.rmsnorm_fwd_coop_kernel
-    signature = {"X": "*bf16", "W": "*bf16", "Y": "*bf16", "RSTD": "*fp32", "PARTIAL": "*fp32",
-                 "COUNT": "*i32", "stride_x_row": "i32", "stride_y_row": "i32", "M": "i32",
-                 "N": "i32", "splits": "i32", "eps": "fp32", "offset": "fp32",
-                 "ROWS_BUCKET": "i32", "BLOCK_N": "constexpr", "BLOCK_S": "constexpr",
-                 "SPIN_LIMIT": "constexpr", "PROGRAMS_PER_SM": "constexpr"}
+    def ptx_of(kernel, tensors, ints, constexprs, aligned):
+        signature = {**tensors, **{name: "i32" for name in ints}, "eps": "fp32",
+                     "offset": "fp32", **{name: "constexpr" for name in constexprs}}
+        signature = {name: signature[name] for name in kernel.arg_names if name in signature}
+        # what the launcher's arguments specialize to: 16-byte aligned pointers, strides and N
+        # divisible by 16
+        attrs = {(kernel.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+        source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+        options = {"num_warps": 8}
+        return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+
+    def counts(ptx):
+        count = lambda pattern: len(re.findall(pattern, ptx))
+        return {
+            "acq_rel_atomics": count(r"atom\\.global\\.gpu\\.acq_rel\\.add"),
+            "acquire_loads": count(r"ld\\.global\\.gpu\\.acquire"),
+            "v4_loads": count(r"ld\\.global\\.v4"),
+            "v4_stores": count(r"st\\.global\\.v4"),
+            "b16_loads": count(r"ld\\.global\\.b16"),
+            "volatile_loads": count(r"ld\\.volatile\\.global"),
+        }
+
     constexprs = {"BLOCK_N": 8192, "BLOCK_S": 128, "SPIN_LIMIT": 4096, "PROGRAMS_PER_SM": 2}
-    # what the launcher's arguments specialize to: 16-byte aligned pointers, strides and N
-    # divisible by 16
-    aligned = ["X", "W", "Y", "RSTD", "PARTIAL", "COUNT", "stride_x_row", "stride_y_row", "N"]
-    attrs = {(kernel.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}
-    source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
-    ptx = compiled.asm["ptx"]
-    count = lambda pattern: len(re.findall(pattern, ptx))
-    print(json.dumps({
-        "acq_rel_atomics": count(r"atom\\.global\\.gpu\\.acq_rel\\.add"),
-        "acquire_loads": count(r"ld\\.global\\.gpu\\.acquire"),
-        "v4_loads": count(r"ld\\.global\\.v4"),
-        "v4_stores": count(r"st\\.global\\.v4"),
-        "b16_loads": count(r"ld\\.global\\.b16"),
-        "volatile_loads": count(r"ld\\.volatile\\.global"),
-    }))
+    forward = ptx_of(
+        kernels.rmsnorm_fwd_coop_kernel,
+        {"X": "*bf16", "W": "*bf16", "Y": "*bf16", "RSTD": "*fp32", "PARTIAL": "*fp32",
+         "COUNT": "*i32"},
+        ["stride_x_row", "stride_y_row", "M", "N", "splits", "ROWS_BUCKET"], constexprs,
+        ["X", "W", "Y", "RSTD", "PARTIAL", "COUNT", "stride_x_row", "stride_y_row", "N"])
+    backward = ptx_of(
+        kernels.rmsnorm_bwd_coop_kernel,
+        {"X": "*bf16", "W": "*bf16", "DY": "*bf16", "RSTD": "*fp32", "DX": "*bf16",
+         "DW_PARTIAL": "*fp32", "DH_OUT": "*bf16", "PARTIAL": "*fp32", "COUNT": "*i32"},
+        ["stride_x_row", "stride_dy_row", "stride_dx_row", "stride_dh_row", "M", "N", "splits",
+         "ROWS_BUCKET"], {**constexprs, "HAS_DH_OUT": False},
+        ["X", "W", "DY", "RSTD", "DX", "DW_PARTIAL", "DH_OUT", "PARTIAL", "COUNT",
+         "stride_x_row", "stride_dy_row", "stride_dx_row", "stride_dh_row", "N"])
+    print(json.dumps({"forward": counts(forward), "backward": counts(backward)}))
     """
 )
 
@@ -61,11 +76,17 @@ def _compile_for_hopper() -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_cooperative_forward_compiles_to_a_release_and_an_acquire_poll():
-    counts = _compile_for_hopper()
+@pytest.fixture(scope="module")
+def compiled_counts() -> dict:
+    return _compile_for_hopper()
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_cooperative_kernels_compile_to_a_release_and_an_acquire_poll(compiled_counts, direction):
+    counts = compiled_counts[direction]
     assert counts["acq_rel_atomics"] == 1, counts  # publish: one per row, one thread
     assert counts["acquire_loads"] == 1, counts  # the poll (an atomic add of 0, as a load)
     assert counts["volatile_loads"] == 1, counts  # the partners' partials, past L1
-    # w, this row, the next row and the fallback's chunk: 128-bit accesses only
+    # w, this row's and the next row's chunks, the fallback's: 128-bit accesses only
     assert counts["v4_loads"] >= 12 and counts["b16_loads"] == 0, counts
     assert counts["v4_stores"] >= 4, counts

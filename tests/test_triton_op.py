@@ -99,29 +99,55 @@ def test_looped_forward_serves_rows_the_single_tile_also_serves(monkeypatch, wit
 
 
 @pytest.mark.parametrize(
-    "shape, dtype",
-    [((9, 20000), torch.bfloat16), ((5, 30000), torch.float32), ((3, 16385), torch.float16)],
-    ids=["bf16-9x20000", "fp32-5x30000", "fp16-3x16385"],
+    "shape, dtype, backend_name",
+    [((9, 20000), torch.bfloat16, "triton"), ((5, 30000), torch.float32, "triton"),
+     ((3, 16385), torch.float16, "triton"), ((7, 20000), torch.bfloat16, "triton-add")],
+    ids=["bf16-9x20000", "fp32-5x30000", "fp16-3x16385", "residual-bf16-7x20000"],
 )  # fmt: skip
-def test_cooperative_forward_matches_the_oracle(monkeypatch, shape, dtype):
-    """The opt-in cooperative forward (x read once; RMSNORM_TRITON_COOP=1): more rows than row
-    groups, N not a multiple of its chunk. Under the interpreter programs run one by one, so
-    every program but a row's last sums the row itself (the fallback) and the last reads the
-    published partials: both branches run. The backward reads the rstd it saved."""
+def test_cooperative_paths_match_the_oracle(monkeypatch, shape, dtype, backend_name):
+    """The opt-in cooperative forward and backward (x, and dy, read once; RMSNORM_TRITON_COOP=1):
+    more rows than row groups, N not a multiple of the chunk. Under the interpreter programs run
+    one by one, so every program but a row's last sums the row itself (the fallback) and the
+    last reads the published partials: both branches run. The residual variant's forward keeps
+    its own path; its backward (with the gradient arriving on h) is cooperative."""
     monkeypatch.setattr(launch, "_COOP", True)
     m, n = shape
-    paths = launch._forward_paths(m, n, torch.device(DEVICE), has_residual=False)
-    assert paths[0] is launch._forward_coop
+    with_residual = backend_name == "triton-add"
+    device = torch.device(DEVICE)
+    forward_paths = launch._forward_paths(m, n, device, has_residual=with_residual)
+    assert (forward_paths[0] is launch._forward_coop) == (not with_residual)
+    assert launch._backward_paths(m, n, device)[0] is launch._backward_coop
     if ON_GPU:
-        monkeypatch.setattr(launch, "_AUTOTUNE", False)  # run it, not the fastest path
-    result = check_backend(get_backend("triton"), rmsnorm, make_inputs(shape, dtype, DEVICE))
+        monkeypatch.setattr(launch, "_AUTOTUNE", False)  # run them, not the fastest paths
+    backend = get_backend(backend_name)
+    inputs = make_inputs(shape, dtype, DEVICE, with_residual=with_residual)
+    result = check_backend(backend, backend.build(), inputs)
     assert result.passed, result.summary()
+    launched = launch.take_launch_configs()
+    assert "rmsnorm_bwd_coop_kernel" in launched
+    assert ("rmsnorm_fwd_coop_kernel" in launched) == (not with_residual)
+
+
+def test_cooperative_backward_is_bitwise_reproducible(monkeypatch):
+    """dw from fixed-order sums and rstd-consistent chunks: two runs give the same bits (on a
+    GPU the waits end differently from run to run; the fallback gives the same bits)."""
+    monkeypatch.setattr(launch, "_COOP", True)
+    monkeypatch.setattr(launch, "_AUTOTUNE", False)
+    inputs = make_inputs((11, 2 * launch.COOP_BLOCK_N + 100), torch.bfloat16, DEVICE)
+    grads = []
+    for _ in range(2):
+        x = inputs.x.detach().requires_grad_(True)
+        w = inputs.weight.detach().requires_grad_(True)
+        rmsnorm(x, w, inputs.eps).backward(inputs.dy)
+        grads.append((x.grad, w.grad))
+    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
 
 
 @pytest.mark.skipif(not ON_GPU, reason="autotuning needs a GPU to time configs")
-def test_cooperative_forward_autotuned_matches_the_oracle(monkeypatch):
-    """The cooperative forward as the product would run it once enabled: autotuned (its COUNT
-    zeroed before every tuning run) and measured against the other paths."""
+def test_cooperative_paths_autotuned_match_the_oracle(monkeypatch):
+    """The cooperative paths as the product would run them once enabled: autotuned (COUNT
+    zeroed before every tuning run) and measured against the other paths, forward and
+    backward."""
     monkeypatch.setattr(launch, "_COOP", True)
     monkeypatch.setattr(launch, "_AUTOTUNE", True)
     for shape in [(64, 2**20), (300, 2 * SINGLE_TILE_MAX_N + 8), (1024, 32768)]:

@@ -398,3 +398,69 @@ def rmsnorm_fwd_coop_kernel(
         if chunk == 0:
             tl.store(RSTD + row, rstd)
         x = x_next.to(tl.float32)
+
+
+@triton.jit(do_not_specialize=["ROWS_BUCKET"])
+def rmsnorm_bwd_coop_kernel(
+    X, W, DY, RSTD, DX, DW_PARTIAL, DH_OUT, PARTIAL, COUNT,
+    stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, M, N, splits, offset,
+    ROWS_BUCKET,  # bit length of M: part of the autotuning key only, unused here
+    BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr, SPIN_LIMIT: tl.constexpr,
+    HAS_DH_OUT: tl.constexpr,
+    PROGRAMS_PER_SM: tl.constexpr,  # sets the grid (launch.py): row groups in flight
+):  # fmt: skip
+    """The backward of wide rows with x and dy read once, as rmsnorm_fwd_coop_kernel: program
+    (chunk, row group) holds its chunk of x and dy, publishes the chunk's sum of g * x
+    (g = (offset + w) * dy), waits for the row's other chunks (bounded; past it, sums the row
+    itself with the same bits), then writes dx for its chunk and accumulates dw for its columns
+    over its rows: DW_PARTIAL[row group, chunk's columns], no atomics, summed afterwards in a
+    fixed order."""
+    chunk = tl.program_id(0)
+    group = tl.program_id(1)
+    cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < N
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
+    s = tl.arange(0, BLOCK_S)
+    first = group.to(tl.int64)
+    step = tl.num_programs(1)
+    first_mask = cols < tl.where(first < M, N, 0)
+    x = tl.load(X + first * stride_x_row + cols, mask=first_mask, other=0.0).to(tl.float32)
+    dy = tl.load(DY + first * stride_dy_row + cols, mask=first_mask, other=0.0).to(tl.float32)
+    dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for row in range(first, M, step):
+        g = w * dy
+        tl.store(PARTIAL + row * splits + chunk, tl.sum(g * x, axis=0))
+        tl.debug_barrier()  # see rmsnorm_fwd_coop_kernel
+        arrived = tl.atomic_add(COUNT + row, 1, sem="acq_rel") + 1
+        nxt = row + step
+        next_mask = cols < tl.where(nxt < M, N, 0)
+        x_next = tl.load(X + nxt * stride_x_row + cols, mask=next_mask, other=0.0)
+        dy_next = tl.load(DY + nxt * stride_dy_row + cols, mask=next_mask, other=0.0)
+        tries = tl.full([], 0, tl.int32)
+        while (arrived < splits) & (tries < SPIN_LIMIT):
+            arrived = tl.atomic_add(COUNT + row, 0, sem="acquire")
+            tries += 1
+        tl.debug_barrier()
+        if arrived >= splits:
+            partial = tl.load(PARTIAL + row * splits + s, mask=s < splits, other=0.0, volatile=True)
+        else:  # partners not running: the row's sums from x and dy, as each partner computes its own
+            partial = tl.zeros([BLOCK_S], dtype=tl.float32)
+            for c in range(0, splits):
+                c_cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+                c_mask = c_cols < N
+                wc = tl.load(W + c_cols, mask=c_mask, other=0.0).to(tl.float32) + offset
+                xc = tl.load(X + row * stride_x_row + c_cols, mask=c_mask, other=0.0)
+                dyc = tl.load(DY + row * stride_dy_row + c_cols, mask=c_mask, other=0.0)
+                gc = wc * dyc.to(tl.float32)
+                partial = tl.where(s == c, tl.sum(gc * xc.to(tl.float32), axis=0), partial)
+        rstd = tl.load(RSTD + row)
+        mean_gx = tl.sum(partial, axis=0) * rstd / N
+        x_hat = x * rstd
+        dx = (g - x_hat * mean_gx) * rstd
+        if HAS_DH_OUT:
+            dx += tl.load(DH_OUT + row * stride_dh_row + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(DX + row * stride_dx_row + cols, dx.to(DX.dtype.element_ty), mask=mask)
+        dw_acc += dy * x_hat
+        x = x_next.to(tl.float32)
+        dy = dy_next.to(tl.float32)
+    tl.store(DW_PARTIAL + group.to(tl.int64) * N + cols, dw_acc, mask=mask)

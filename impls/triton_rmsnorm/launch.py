@@ -119,7 +119,7 @@ def _configs(kernel_name: str) -> list[triton.Config]:
     stages = (1,) if kernel_name in _LOOP_FREE else NUM_STAGES_CHOICES
     if kernel_name in TILE_TARGET:
         metas = [{"BLOCK_M": m} for m in ROWS_PER_TILE_CHOICES]
-    elif kernel_name in ("rmsnorm_fwd_looped_kernel", "rmsnorm_fwd_coop_kernel"):
+    elif kernel_name in ("rmsnorm_fwd_looped_kernel", *_COOP_KERNELS):
         metas = [{"PROGRAMS_PER_SM": p} for p in PROGRAMS_PER_SM_CHOICES]
     else:
         metas = [{}]
@@ -190,8 +190,11 @@ def _prune_looped_forward(configs, named_args, **kwargs):
     ]
 
 
-def _prune_coop_forward(configs, named_args, **kwargs):
-    """The cooperative forward: 8 to 32 elements per thread per chunk; programs per SM up to 4
+_COOP_KERNELS = ("rmsnorm_fwd_coop_kernel", "rmsnorm_bwd_coop_kernel")
+
+
+def _prune_coop(configs, named_args, **kwargs):
+    """The cooperative kernels: 8 to 32 elements per thread per chunk; programs per SM up to 4
     (every program of a row group must be running at once for the waits to end quickly)."""
     return [
         c
@@ -214,6 +217,7 @@ _TUNING_KEYS = {
     "rmsnorm_fwd_kernel": ["N", "ROWS_BUCKET", "HAS_RESIDUAL"],
     "rmsnorm_fwd_looped_kernel": ["N", "ROWS_BUCKET", "HAS_RESIDUAL"],
     "rmsnorm_fwd_coop_kernel": ["N", "ROWS_BUCKET"],
+    "rmsnorm_bwd_coop_kernel": ["N", "ROWS_BUCKET", "HAS_DH_OUT"],
     "rmsnorm_bwd_kernel": ["N", "ROWS_BUCKET", "HAS_DH_OUT"],
     "rmsnorm_bwd_columns_kernel": ["N", "HAS_DH_OUT"],
     "rmsnorm_bwd_row_dot_kernel": ["N"],
@@ -240,8 +244,8 @@ def _autotuned(kernel_name: str):
         prune = {"early_config_prune": _prune_warps}
     elif kernel_name == "rmsnorm_fwd_looped_kernel":
         prune = {"early_config_prune": _prune_looped_forward}
-    elif kernel_name == "rmsnorm_fwd_coop_kernel":
-        prune = {"early_config_prune": _prune_coop_forward}
+    elif kernel_name in _COOP_KERNELS:
+        prune = {"early_config_prune": _prune_coop}
     else:
         prune = None
     return triton.autotune(
@@ -254,7 +258,7 @@ def _autotuned(kernel_name: str):
 
 
 #: Arguments a kernel expects zeroed at every launch (the autotuner reruns it).
-_RESET_TO_ZERO = {"rmsnorm_fwd_coop_kernel": ["COUNT"]}
+_RESET_TO_ZERO = {"rmsnorm_fwd_coop_kernel": ["COUNT"], "rmsnorm_bwd_coop_kernel": ["COUNT"]}
 
 
 #: RMSNORM_TRITON_AUTOTUNE, read at import (an environment lookup per launch costs host time).
@@ -277,14 +281,14 @@ def heuristic_num_warps(tile: int) -> int:
 _TUNED: dict[tuple, dict] = {}
 
 
-def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> None:
+def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> dict:
     """Autotuned on a GPU; one fixed configuration under the interpreter, which cannot time.
 
     grid: a tuple, or a function of the launch meta-parameters (BLOCK_M is chosen by the tuner).
     dtypes: the dtypes of the kernel's tensors that vary (with N and kwargs, the tuning key).
     Triton launches on the current CUDA device: the caller makes it x's device (_on_device).
     After the first launch of a specialization, launches go straight to the compiled kernel
-    (direct.py).
+    (direct.py). Returns the configuration launched (the tuner's choice, or the fixed one).
     """
     kernel = getattr(kernels, kernel_name)
     if interpreting():
@@ -293,7 +297,7 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> None:
             config["PROGRAMS_PER_SM"] = 1  # fewer programs than rows: the row loop is exercised
         _LAUNCHED[kernel_name] = config
         kernel[grid](*args, **kwargs, **config)
-        return
+        return config
     if autotuning():
         key = (
             kernel_name,
@@ -311,11 +315,12 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> None:
                 "num_warps": best.num_warps,
                 "num_stages": best.num_stages,
             }
-            return
+            return _TUNED[key]
     else:
         config = _heuristic_config(kernel_name, kwargs["BLOCK_N"])
     _LAUNCHED[kernel_name] = config
     direct.launch(kernel, grid, args, {**kwargs, **config}, args[0].get_device())
+    return config
 
 
 #: num_stages when a launch does not choose one (Triton's default).
@@ -343,7 +348,7 @@ def _heuristic_config(kernel_name: str, block_n: int) -> dict:
         config["BLOCK_M"] = rows_per_tile(kernel_name, block_n)
     if kernel_name == "rmsnorm_fwd_looped_kernel":
         config["PROGRAMS_PER_SM"] = HEURISTIC_PROGRAMS_PER_SM
-    if kernel_name == "rmsnorm_fwd_coop_kernel":
+    if kernel_name in _COOP_KERNELS:
         config["PROGRAMS_PER_SM"] = 2
     tile = config.get("BLOCK_M", 1) * block_n
     return {**config, "num_warps": heuristic_num_warps(tile), "num_stages": TRITON_DEFAULT_STAGES}
@@ -452,10 +457,10 @@ def rmsnorm_forward(
         if len(paths) == 1 or not autotuning():
             paths[0](*args)
         else:
-            key = (n, m.bit_length(), has_residual, *dtypes)
-            path = _FORWARD_PATH.get(key)
+            key = ("fwd", n, m.bit_length(), has_residual, *dtypes)
+            path = _MEASURED_PATH.get(key)
             if path is None:
-                path = _FORWARD_PATH[key] = _fastest(paths, args)
+                path = _MEASURED_PATH[key] = _fastest(paths, args)
             path(*args)
     return y, rstd, h
 
@@ -487,8 +492,8 @@ def coop_fits(n: int, device: torch.device) -> bool:
 #: looped kernel (x read twice, the second time mostly from L2). Which is faster depends on N, M
 #: and dtype; on a GPU it is measured at the first call of each (N, M size class, dtypes).
 FORWARD_LOOPED_FROM_N = 16384
-#: (N, M's bit length, residual, dtypes) -> the faster forward path, once measured.
-_FORWARD_PATH: dict[tuple, object] = {}
+#: (direction, N, M's bit length, residual, dtypes) -> the fastest path, once measured.
+_MEASURED_PATH: dict[tuple, object] = {}
 
 
 def _fastest(paths: list, args: tuple):
@@ -598,8 +603,52 @@ def rmsnorm_backward(
 def _backward_launch(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) -> torch.Tensor:
     """Launch the backward for x's width; returns the [programs, N] fp32 dw partials."""
     m, n = x.shape
-    if backward_is_looped(n):
-        return _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out)
+    args = (dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out)
+    paths = _backward_paths(m, n, x.device)
+    if len(paths) == 1 or not autotuning():
+        return paths[0](*args)
+    key = ("bwd", n, m.bit_length(), has_dh_out, x.dtype, weight.dtype, dy.dtype)
+    path = _MEASURED_PATH.get(key)
+    if path is None:
+        path = _MEASURED_PATH[key] = _fastest(paths, args)
+    return path(*args)
+
+
+def _backward_paths(m: int, n: int, device: torch.device) -> list:
+    """The backward paths that can serve [m, n], the default first (as _forward_paths)."""
+    paths = [_backward_wide if backward_is_looped(n) else _backward_single_tile]
+    if _COOP and backward_is_looped(n) and coop_fits(n, device):
+        paths.insert(0, _backward_coop)
+    return paths
+
+
+def _backward_coop(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) -> torch.Tensor:
+    """x and dy read once (kernels.rmsnorm_bwd_coop_kernel); the dw partials are one row per row
+    group. Allocates one fp32 per (row, chunk), one int32 per row (zeroed) and the partials."""
+    m, n = x.shape
+    splits = cdiv(n, COOP_BLOCK_N)
+    cap = _programs_cap(x.device)
+    partial = torch.empty((m, splits), dtype=torch.float32, device=x.device)
+    count = torch.zeros((m,), dtype=torch.int32, device=x.device)
+    dw_partial = torch.empty((max(1, min(m, cap)), n), dtype=torch.float32, device=x.device)
+    spin_limit = 0 if interpreting() else COOP_SPIN_LIMIT
+
+    def groups(meta):  # at most cap: the dw partials stay within SMs x N fp32
+        return max(1, min(m, cap, meta["PROGRAMS_PER_SM"] * cap // splits))
+
+    config = _launch(
+        "rmsnorm_bwd_coop_kernel", lambda meta: (splits, groups(meta)),
+        x, weight, dy, rstd, dx, dw_partial, dh_arg, partial, count,
+        x.stride(0), dy.stride(0), dx.stride(0), dh_arg.stride(0), m, n, splits, offset,
+        m.bit_length(), dtypes=(x.dtype, weight.dtype, dy.dtype, dh_arg.dtype),
+        BLOCK_N=COOP_BLOCK_N, BLOCK_S=next_power_of_2(splits), SPIN_LIMIT=spin_limit,
+        HAS_DH_OUT=has_dh_out,
+    )  # fmt: skip
+    return dw_partial[: groups(config)]  # the rows the launched row groups wrote
+
+
+def _backward_single_tile(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool):
+    m, n = x.shape
     programs = backward_programs(m, x.device)
     rows_per_program = cdiv(m, programs)
     programs = cdiv(m, rows_per_program)  # no program without rows
