@@ -318,9 +318,36 @@ def markdown_page(runs: list[tuple], command: str, notes: str | None = None) -> 
                 "",
             ]
         lines += ["</details>", ""]
+        launches = launch_table(rows)
+        if launches:
+            lines += ["<details><summary>Our launch configurations, per case (as timed)</summary>",
+                      "", launches, "", "</details>", ""]  # fmt: skip
     if notes:
         lines += [notes.rstrip(), ""]
     return "\n".join(lines)
+
+
+def launch_table(rows: list[dict]) -> str:
+    """Per case of ours (device timing where there is one), the kernels it launched and their
+    configurations, from the rows' `launch` field (runs before it was recorded: empty)."""
+    chosen = {}
+    for r in rows:
+        if r.get("launch") and r.get("status") == "ok":
+            key = (op_of(r), r["dtype"], r["n"], r["m"], r["mode"])
+            if key not in chosen or r["timing"] == "device":
+                chosen[key] = r
+    body = []
+    for (op, dtype, n, m, mode), r in sorted(chosen.items()):
+        configs = "; ".join(
+            f"{kernel.removeprefix('rmsnorm_').removesuffix('_kernel')}: "
+            + ", ".join(f"{k}={v}" for k, v in config.items())
+            for kernel, config in r["launch"].items()
+        )
+        body.append([f"{m}x{n}", dtype, op, mode, configs])
+    if not body:
+        return ""
+    return tabulate(body, headers=["shape", "dtype", "op", "mode", "kernel: configuration"],
+                    tablefmt="github")  # fmt: skip
 
 
 def timings_of(rows: list[dict], mode: str) -> list[str]:

@@ -105,6 +105,9 @@ def test_compare_prints_a_ranked_table_and_says_when_it_ran_on_the_cpu(tmp_path,
     assert {"rmsnorm_fwd_kernel", "rmsnorm_bwd_kernel"} <= set(launches["bwd"])
     assert {"BLOCK_M", "num_warps", "num_stages"} <= set(launches["fwd"]["rmsnorm_fwd_kernel"])
     assert all(r["launch"] is None for r in rows if r["backend"] == "eager")
+    page = tmp_path / "page.md"
+    assert compare_main(["--from", str(out), "--markdown", str(page)]) == 0
+    assert "Our launch configurations" in page.read_text() and "fwd: BLOCK_M=" in page.read_text()
 
 
 def test_from_prints_the_committed_h200_ranking(capsys):
