@@ -3,7 +3,8 @@
 
 Its runtime (partners waiting on each other) can only be tested on a GPU; this pins down the
 code that decides it: one acq_rel atomic to publish a row's partial, an acquire load polling the
-count inside a loop, 128-bit loads and stores for the row's chunks."""
+count inside a loop, 128-bit loads and stores for the row's chunks, and no fused multiply-adds
+(which could round a partner's partial sum and the fallback's recomputation differently)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ _SCRIPT = textwrap.dedent(
         # divisible by 16
         attrs = {(kernel.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}
         source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
-        options = {"num_warps": 8}
+        options = {"num_warps": 8, "enable_fp_fusion": False}  # as launch.py launches them
         return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
 
     def counts(ptx):
@@ -42,6 +43,7 @@ _SCRIPT = textwrap.dedent(
             "v4_stores": count(r"st\\.global\\.v4"),
             "b16_loads": count(r"ld\\.global\\.b16"),
             "volatile_loads": count(r"ld\\.volatile\\.global"),
+            "fma": count(r"\\bfma\\."),
         }
 
     constexprs = {"BLOCK_N": 8192, "BLOCK_S": 128, "SPIN_LIMIT": 4096, "PROGRAMS_PER_SM": 2}
@@ -90,3 +92,5 @@ def test_cooperative_kernels_compile_to_a_release_and_an_acquire_poll(compiled_c
     # w, this row's and the next row's chunks, the fallback's: 128-bit accesses only
     assert counts["v4_loads"] >= 12 and counts["b16_loads"] == 0, counts
     assert counts["v4_stores"] >= 4, counts
+    # no contraction: a partner's partial and the fallback's recomputation of it round alike
+    assert counts["fma"] == 0, counts

@@ -344,8 +344,11 @@ def rmsnorm_bwd_split_finish_kernel(
 # has published, then scales the chunk it holds: x is read once. A program that waits past
 # SPIN_LIMIT (its partners are not running: more programs than fit on the GPU at once, or the
 # interpreter, which runs programs one by one) computes the row's sum itself from x, chunk by
-# chunk in the same order and the same reduction tree, so every program of a row gets the same
-# rstd bits either way: slower, never wrong, never stuck.
+# chunk in the same order and the same reduction tree (the launcher turns off FMA contraction,
+# which could otherwise fuse the two trees differently), so every program of a row gets the same
+# rstd bits either way: slower, never wrong, never stuck. After one timeout a program stops
+# waiting for its later rows. One program per SM fits (registers), so the grid is at most the
+# SM count.
 
 
 @triton.jit(do_not_specialize=["ROWS_BUCKET"])
@@ -369,24 +372,27 @@ def rmsnorm_fwd_coop_kernel(
     step = tl.num_programs(1)
     x = tl.load(X + first * stride_x_row + cols, mask=cols < tl.where(first < M, N, 0), other=0.0)
     x = x.to(tl.float32)
+    budget = tl.full([], SPIN_LIMIT, tl.int32)  # polls per row; 0 after a first timeout
     for row in range(first, M, step):
+        # the next row's chunk is requested first: its load overlaps this row's exchange
+        nxt = row + step
+        x_next = tl.load(
+            X + nxt * stride_x_row + cols, mask=cols < tl.where(nxt < M, N, 0), other=0.0
+        )
         tl.store(PARTIAL + row * splits + chunk, tl.sum(x * x, axis=0))
         # whichever thread stored the partial, the thread doing the atomic has seen it; the
         # release then makes it visible to whoever sees the new count
         tl.debug_barrier()
         arrived = tl.atomic_add(COUNT + row, 1, sem="acq_rel") + 1
-        nxt = row + step
-        x_next = tl.load(
-            X + nxt * stride_x_row + cols, mask=cols < tl.where(nxt < M, N, 0), other=0.0
-        )
         tries = tl.full([], 0, tl.int32)
-        while (arrived < splits) & (tries < SPIN_LIMIT):
+        while (arrived < splits) & (tries < budget):
             arrived = tl.atomic_add(COUNT + row, 0, sem="acquire")
             tries += 1
         tl.debug_barrier()  # every thread reads the partials after the acquire
         if arrived >= splits:
             partial = tl.load(PARTIAL + row * splits + s, mask=s < splits, other=0.0, volatile=True)
         else:  # partners not running: the row's sums from x, as each partner computes its own
+            budget = tl.full([], 0, tl.int32)  # they will not run for the next rows either
             partial = tl.zeros([BLOCK_S], dtype=tl.float32)
             for c in range(0, splits):
                 c_cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -427,23 +433,25 @@ def rmsnorm_bwd_coop_kernel(
     x = tl.load(X + first * stride_x_row + cols, mask=first_mask, other=0.0).to(tl.float32)
     dy = tl.load(DY + first * stride_dy_row + cols, mask=first_mask, other=0.0).to(tl.float32)
     dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    budget = tl.full([], SPIN_LIMIT, tl.int32)  # polls per row; 0 after a first timeout
     for row in range(first, M, step):
+        nxt = row + step  # the next row's chunks first: their loads overlap the exchange
+        next_mask = cols < tl.where(nxt < M, N, 0)
+        x_next = tl.load(X + nxt * stride_x_row + cols, mask=next_mask, other=0.0)
+        dy_next = tl.load(DY + nxt * stride_dy_row + cols, mask=next_mask, other=0.0)
         g = w * dy
         tl.store(PARTIAL + row * splits + chunk, tl.sum(g * x, axis=0))
         tl.debug_barrier()  # see rmsnorm_fwd_coop_kernel
         arrived = tl.atomic_add(COUNT + row, 1, sem="acq_rel") + 1
-        nxt = row + step
-        next_mask = cols < tl.where(nxt < M, N, 0)
-        x_next = tl.load(X + nxt * stride_x_row + cols, mask=next_mask, other=0.0)
-        dy_next = tl.load(DY + nxt * stride_dy_row + cols, mask=next_mask, other=0.0)
         tries = tl.full([], 0, tl.int32)
-        while (arrived < splits) & (tries < SPIN_LIMIT):
+        while (arrived < splits) & (tries < budget):
             arrived = tl.atomic_add(COUNT + row, 0, sem="acquire")
             tries += 1
         tl.debug_barrier()
         if arrived >= splits:
             partial = tl.load(PARTIAL + row * splits + s, mask=s < splits, other=0.0, volatile=True)
         else:  # partners not running: the row's sums from x and dy, as each partner computes its own
+            budget = tl.full([], 0, tl.int32)  # they will not run for the next rows either
             partial = tl.zeros([BLOCK_S], dtype=tl.float32)
             for c in range(0, splits):
                 c_cols = c * BLOCK_N + tl.arange(0, BLOCK_N)

@@ -119,8 +119,14 @@ def _configs(kernel_name: str) -> list[triton.Config]:
     stages = (1,) if kernel_name in _LOOP_FREE else NUM_STAGES_CHOICES
     if kernel_name in TILE_TARGET:
         metas = [{"BLOCK_M": m} for m in ROWS_PER_TILE_CHOICES]
-    elif kernel_name in ("rmsnorm_fwd_looped_kernel", *_COOP_KERNELS):
+    elif kernel_name == "rmsnorm_fwd_looped_kernel":
         metas = [{"PROGRAMS_PER_SM": p} for p in PROGRAMS_PER_SM_CHOICES]
+    elif kernel_name in _COOP_KERNELS:
+        # one program per SM: at 8-32 warps each takes 56-237 registers a thread (ptxas for
+        # sm_90), so a second would not be resident, and its row's partners would wait for it.
+        # Their code does not depend on num_stages.
+        stages = (1,)
+        metas = [{"PROGRAMS_PER_SM": 1}]
     else:
         metas = [{}]
     return [
@@ -194,13 +200,8 @@ _COOP_KERNELS = ("rmsnorm_fwd_coop_kernel", "rmsnorm_bwd_coop_kernel")
 
 
 def _prune_coop(configs, named_args, **kwargs):
-    """The cooperative kernels: 8 to 32 elements per thread per chunk; programs per SM up to 4
-    (every program of a row group must be running at once for the waits to end quickly)."""
-    return [
-        c
-        for c in configs
-        if c.kwargs["PROGRAMS_PER_SM"] <= 4 and _threads_fit(kwargs["BLOCK_N"], c.num_warps, 8, 32)
-    ]
+    """The cooperative kernels: 8 to 32 elements per thread per chunk."""
+    return [c for c in configs if _threads_fit(kwargs["BLOCK_N"], c.num_warps, 8, 32)]
 
 
 def _prune_warps(configs, named_args, **kwargs):
@@ -349,7 +350,7 @@ def _heuristic_config(kernel_name: str, block_n: int) -> dict:
     if kernel_name == "rmsnorm_fwd_looped_kernel":
         config["PROGRAMS_PER_SM"] = HEURISTIC_PROGRAMS_PER_SM
     if kernel_name in _COOP_KERNELS:
-        config["PROGRAMS_PER_SM"] = 2
+        return {"PROGRAMS_PER_SM": 1, "num_warps": 16, "num_stages": 1}  # no spills (ptxas)
     tile = config.get("BLOCK_M", 1) * block_n
     return {**config, "num_warps": heuristic_num_warps(tile), "num_stages": TRITON_DEFAULT_STAGES}
 
@@ -518,12 +519,13 @@ def _forward_coop(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_re
     cap = _programs_cap(x.device)
     # the interpreter runs programs one after another: waiting for a partner cannot succeed
     spin_limit = 0 if interpreting() else COOP_SPIN_LIMIT
+    # enable_fp_fusion=False: the partners' and the fallback's sums must round alike (no FMA)
     _launch(
         "rmsnorm_fwd_coop_kernel",
         lambda meta: (splits, max(1, min(m, meta["PROGRAMS_PER_SM"] * cap // splits))),
         x, weight, y, rstd, partial, count, strides[0], strides[1], m, n, splits, eps, offset,
         m.bit_length(), dtypes=(x.dtype, weight.dtype, y.dtype), BLOCK_N=COOP_BLOCK_N,
-        BLOCK_S=next_power_of_2(splits), SPIN_LIMIT=spin_limit,
+        BLOCK_S=next_power_of_2(splits), SPIN_LIMIT=spin_limit, enable_fp_fusion=False,
     )  # fmt: skip
 
 
@@ -642,7 +644,7 @@ def _backward_coop(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) ->
         x.stride(0), dy.stride(0), dx.stride(0), dh_arg.stride(0), m, n, splits, offset,
         m.bit_length(), dtypes=(x.dtype, weight.dtype, dy.dtype, dh_arg.dtype),
         BLOCK_N=COOP_BLOCK_N, BLOCK_S=next_power_of_2(splits), SPIN_LIMIT=spin_limit,
-        HAS_DH_OUT=has_dh_out,
+        HAS_DH_OUT=has_dh_out, enable_fp_fusion=False,
     )  # fmt: skip
     return dw_partial[: groups(config)]  # the rows the launched row groups wrote
 
