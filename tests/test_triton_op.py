@@ -240,6 +240,29 @@ def test_bad_keyword_arguments_name_the_argument():
         rmsnorm(x, w, offset=None)
 
 
+@pytest.mark.parametrize("with_residual", [False, True], ids=["plain", "residual"])
+def test_inference_calls_skip_autograd_and_give_the_same_bits(with_residual):
+    """Without gradients wanted (no_grad, inference_mode, or no input requiring grad) the op
+    launches the same kernels without building an autograd node: same outputs, bit for bit."""
+    inputs = make_inputs((3, 5, 300), torch.bfloat16, DEVICE, with_residual=with_residual)
+    kwargs = {"residual": inputs.residual} if with_residual else {}
+    x = inputs.x.detach().requires_grad_(True)
+    trained = rmsnorm(x, inputs.weight, inputs.eps, **kwargs)
+    trained = trained if with_residual else (trained,)
+    assert all(t.grad_fn is not None for t in trained)
+    for context in (torch.no_grad, torch.inference_mode):
+        with context():
+            out = rmsnorm(x, inputs.weight, inputs.eps, **kwargs)
+        out = out if with_residual else (out,)
+        assert len(out) == len(trained)
+        for got, want in zip(out, trained, strict=True):
+            assert got.grad_fn is None and got.shape == want.shape
+            assert torch.equal(got, want.detach())
+    plain = rmsnorm(inputs.x, inputs.weight, inputs.eps, **kwargs)  # nothing requires grad
+    plain = plain if with_residual else (plain,)
+    assert all(torch.equal(got, want.detach()) for got, want in zip(plain, trained, strict=True))
+
+
 def test_gradients_reach_leaf_inputs_of_any_rank():
     inputs = make_inputs((2, 3, 4, 640), torch.float16, DEVICE)
     x = inputs.x.clone().requires_grad_(True)

@@ -215,7 +215,23 @@ def rmsnorm(
     if torch.compiler.is_compiling():
         y, _rstd, h = _rmsnorm_fwd_op(x, weight, residual, float(eps), float(offset), out_dtype)
         return y if residual is None else (y, h)
+    if not _needs_grad(x, weight, residual):  # inference: no autograd node to build
+        residual2d = None if residual is None else _rows(residual)
+        y2d, _rstd, h2d = launch.rmsnorm_forward(
+            _rows(x), weight, float(eps), float(offset), out_dtype, residual2d
+        )
+        y = _shaped(y2d, x.shape)
+        return y if h2d is None else (y, _shaped(h2d, x.shape))
     return RMSNormFunction.apply(x, weight, residual, eps, offset, out_dtype)
+
+
+def _needs_grad(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None) -> bool:
+    """Autograd will want a backward from this call."""
+    if not torch.is_grad_enabled():
+        return False
+    return (
+        x.requires_grad or weight.requires_grad or (residual is not None and residual.requires_grad)
+    )
 
 
 def _validate_residual(x: torch.Tensor, residual: torch.Tensor) -> None:
