@@ -340,9 +340,10 @@ def launch_table(rows: list[dict]) -> str:
     for (op, dtype, n, m, mode), r in sorted(chosen.items()):
         configs = "; ".join(
             f"{kernel.removeprefix('rmsnorm_').removesuffix('_kernel')}: "
-            + ", ".join(f"{k}={v}" for k, v in config.items())
+            + (", ".join(f"{k}={v}" for k, v in config.items()) if isinstance(config, dict)
+               else str(config))
             for kernel, config in r["launch"].items()
-        )
+        )  # fmt: skip
         body.append([f"{m}x{n}", dtype, op, mode, configs])
     if not body:
         return ""

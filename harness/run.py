@@ -264,6 +264,7 @@ def _backend_rows(backend, shape, dtype, device, sets, ref, floors, config):
                 t = _time_mode(backend, fn, mode, timing, sets)
             except Exception as exc:
                 _recover()
+                _launch_configs(backend)  # not this row's: the next row records its own
                 yield {**row, "status": "error", "reason": _error_text(exc)}
                 continue
             yield {**row, "status": "ok", "reason": None, "ms": t.ms, "p20": t.p20, "p80": t.p80,

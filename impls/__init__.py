@@ -134,13 +134,18 @@ def _load_registry() -> dict[str, Backend]:
                 if backend.op not in OPS:
                     raise RuntimeError(f"backend {backend.name!r}: op {backend.op!r} not in {OPS}")
                 registry[backend.name] = backend
-        for op in OPS:
-            for role in ("ours", "baseline"):
-                named = [b.name for b in registry.values() if b.op == op and b.role == role]
-                if len(named) != 1:
-                    raise RuntimeError(f"op {op!r}: expected one {role!r} backend, got {named}")
+        check_roles(registry)
         _REGISTRY = registry
     return _REGISTRY
+
+
+def check_roles(registry: dict[str, Backend]) -> None:
+    """Exactly one "ours" and one "baseline" backend per op: the tables compare against them."""
+    for op in OPS:
+        for role in ("ours", "baseline"):
+            named = [b.name for b in registry.values() if b.op == op and b.role == role]
+            if len(named) != 1:
+                raise RuntimeError(f"op {op!r}: expected one {role!r} backend, got {named}")
 
 
 def all_backends(op: str | None = "rmsnorm") -> list[Backend]:

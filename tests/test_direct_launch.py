@@ -68,6 +68,23 @@ def test_key_separates_exactly_what_triton_specializes(specialize_value, align, 
         )
 
 
+def test_keys_of_several_arguments_separate_what_triton_separates():
+    """Guards and terms of several arguments combined: a tensor, a specialized int, an
+    unspecialized int and a float, in every combination of a few values each."""
+    triton_key = _triton_specialization()
+    rules = [(False, True, True), (False, True, True), (False, False, True), (False, True, True)]
+    tensors, ints, floats = _tensors()[:3], [1, 16, 17, 2**31], [1e-6, 0.5]
+    samples = list(itertools.product(tensors, ints, ints, floats))
+    keyer = direct._make_keyer(rules, samples[0])
+    ours = [keyer(*args) for args in samples]
+    theirs = [
+        tuple(triton_key(a, spec, align) for a, (_, spec, align) in zip(args, rules, strict=True))
+        for args in samples
+    ]
+    for i, j in itertools.combinations(range(len(samples)), 2):
+        assert (ours[i] == ours[j]) == (theirs[i] == theirs[j]), (samples[i], samples[j])
+
+
 def test_a_keyer_sends_other_argument_types_to_tritons_path():
     """Made at a kernel's first launch for its argument types; another type gives no key (None,
     or AttributeError for a non-tensor where a tensor was), so that launch takes Triton's path."""
@@ -115,6 +132,7 @@ def test_launches_after_the_first_go_direct_and_stay_correct():
     its own compiled kernel, and the check mode (set by conftest) compares every cached launch
     with Triton's own choice."""
     assert direct.check_enabled()
+    hits = direct.cached_launches
     for shape, offset in [((256, 1024), 0), ((256, 1024), 1), ((1, 1024), 0), ((256, 1000), 3)]:
         wide = make_inputs((shape[0], shape[1] + offset), torch.bfloat16, DEVICE)
         inputs = dataclasses.replace(
@@ -123,7 +141,8 @@ def test_launches_after_the_first_go_direct_and_stay_correct():
         for _ in range(2):  # the second call takes the cached path
             result = check_backend(get_backend("triton"), rmsnorm, inputs)
             assert result.passed, result.summary()
-    assert direct._COMPILED
+        assert direct.cached_launches > hits, f"{shape}, offset {offset}: no cached launch"
+        hits = direct.cached_launches
 
 
 @pytest.mark.skipif(not ON_GPU, reason="direct launches happen only on a GPU")

@@ -151,3 +151,12 @@ def test_overhead_reports_host_microseconds_per_call(capsys):
     assert overhead_main(["--backends", "triton", "eager", "--calls", "200"]) == 0
     out = capsys.readouterr().out
     assert "host us/call" in out and "triton (launcher only)" in out and "eager" in out
+
+
+def test_launch_table_shows_a_failed_record_as_text():
+    """A backend whose launch record failed keeps its row; the page prints the error."""
+    from harness.report import launch_table
+
+    row = {"backend": "triton", "op": "rmsnorm", "dtype": "bf16", "n": 4, "m": 2, "mode": "fwd",
+           "timing": "host", "status": "ok", "launch": {"error": "RuntimeError: boom"}}  # fmt: skip
+    assert "error: RuntimeError: boom" in launch_table([row])

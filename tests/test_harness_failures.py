@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -115,12 +117,20 @@ def test_poisoned_memory_reaches_the_next_allocation(numel):
 def test_backend_roles_are_checked():
     """One "ours" and one "baseline" backend per op, named by the registry (the tables compare
     against them); an unknown role is refused."""
-    from impls import OPS, Backend, backend_with_role
+    from impls import OPS, Backend, all_backends, backend_with_role, check_roles
 
     for op in OPS:
         assert get_backend(backend_with_role(op, "ours")).role == "ours"
         assert get_backend(backend_with_role(op, "baseline")).role == "baseline"
     assert backend_with_role("rmsnorm", "ours") == "triton"
+    registry = {b.name: b for b in all_backends(op=None)}
+    check_roles(registry)
+    extra = dataclasses.replace(get_backend("torch"), name="second-ours", role="ours")
+    with pytest.raises(RuntimeError, match="expected one 'ours' backend"):
+        check_roles({**registry, extra.name: extra})
+    without_baseline = {k: b for k, b in registry.items() if b.name != "eager"}
+    with pytest.raises(RuntimeError, match="expected one 'baseline' backend"):
+        check_roles(without_baseline)
     with pytest.raises(ValueError, match="role: expected one of"):
         Backend(name="x", label="x", build=lambda: None, numerics="fused_fp32",
                 own_backward=True, role="champion")  # fmt: skip

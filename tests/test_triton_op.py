@@ -10,6 +10,7 @@ from harness.inputs import make_inputs
 from harness.oracle import TOLERANCES, compare, reference
 from impls import get_backend
 from impls.triton_rmsnorm import MAX_N, RMSNorm, launch, rmsnorm
+from impls.triton_rmsnorm.function import RMSNormFunction
 from impls.triton_rmsnorm.launch import BACKWARD_SINGLE_TILE_MAX_N, SINGLE_TILE_MAX_N
 from tests.conftest import DEVICE, ON_GPU
 
@@ -250,17 +251,49 @@ def test_inference_calls_skip_autograd_and_give_the_same_bits(with_residual):
     trained = rmsnorm(x, inputs.weight, inputs.eps, **kwargs)
     trained = trained if with_residual else (trained,)
     assert all(t.grad_fn is not None for t in trained)
+
+    def no_autograd_function(*args, **kwargs):
+        raise AssertionError("an inference call went through RMSNormFunction")
+
     for context in (torch.no_grad, torch.inference_mode):
-        with context():
+        with context(), pytest.MonkeyPatch.context() as patch:
+            patch.setattr(RMSNormFunction, "apply", no_autograd_function)
             out = rmsnorm(x, inputs.weight, inputs.eps, **kwargs)
         out = out if with_residual else (out,)
         assert len(out) == len(trained)
         for got, want in zip(out, trained, strict=True):
             assert got.grad_fn is None and got.shape == want.shape
             assert torch.equal(got, want.detach())
-    plain = rmsnorm(inputs.x, inputs.weight, inputs.eps, **kwargs)  # nothing requires grad
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(RMSNormFunction, "apply", no_autograd_function)
+        plain = rmsnorm(inputs.x, inputs.weight, inputs.eps, **kwargs)  # nothing requires grad
     plain = plain if with_residual else (plain,)
     assert all(torch.equal(got, want.detach()) for got, want in zip(plain, trained, strict=True))
+
+
+def test_a_residual_alone_requiring_grad_gets_its_gradient():
+    """Only r requires grad: the call must still build the autograd node (not the inference
+    shortcut), and r's gradient is dh + dx."""
+    inputs = make_inputs((4, 256), torch.float32, DEVICE, with_residual=True)
+    r = inputs.residual.detach().requires_grad_(True)
+    y, h = rmsnorm(inputs.x, inputs.weight, inputs.eps, residual=r)
+    assert y.requires_grad and h.requires_grad
+    (y * inputs.dy).sum().backward()
+    h_ref = (inputs.x + inputs.residual).detach().requires_grad_(True)
+    ref = h_ref * torch.rsqrt(h_ref.pow(2).mean(-1, keepdim=True) + inputs.eps) * inputs.weight
+    (ref * inputs.dy).sum().backward()
+    torch.testing.assert_close(r.grad, h_ref.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_forward_mode_ad_says_it_is_unsupported_instead_of_dropping_the_tangent():
+    """Dual tensors do not require grad; the call must not take the inference shortcut, which
+    would return a plain tensor and lose the tangent silently."""
+    import torch.autograd.forward_ad as fwad
+
+    inputs = make_inputs((4, 256), torch.float32, DEVICE)
+    with fwad.dual_level(), pytest.raises((NotImplementedError, RuntimeError)):
+        dual = fwad.make_dual(inputs.x, torch.ones_like(inputs.x))
+        rmsnorm(dual, inputs.weight, inputs.eps)
 
 
 def test_gradients_reach_leaf_inputs_of_any_rank():

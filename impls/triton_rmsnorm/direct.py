@@ -39,8 +39,12 @@ from triton.runtime.driver import driver
 #: is kept alive here (it unloads its module when collected).
 _COMPILED: dict[tuple, object] = {}
 
-#: Per kernel and argument count: the generated key function (_make_keyer).
-_KEYERS: dict[tuple[int, int], object] = {}
+#: Per kernel and argument count: the generated key function (_make_keyer). Keys hold the
+#: kernel object itself (not its id, which a collected kernel could hand to a new one).
+_KEYERS: dict[tuple, object] = {}
+
+#: Launches that went through a cached compiled kernel (tests check the cache is used).
+cached_launches = 0
 
 _CHECK = os.environ.get("RMSNORM_TRITON_CHECK_DIRECT", "0") == "1"
 
@@ -114,6 +118,23 @@ def _hooks_installed() -> bool:
     return False
 
 
+def _tritons_path_required(kernel) -> bool:
+    """Settings Triton reads at each launch that a cached binary would ignore: launch hooks
+    (profilers), pre-run hooks, debug mode, instrumentation, a stages-inspection hook."""
+    runtime, compilation = knobs.runtime, knobs.compilation
+    return (
+        _hooks_installed()
+        or bool(getattr(kernel, "pre_run_hooks", None))
+        or bool(getattr(runtime, "debug", False))
+        or getattr(runtime, "add_stages_inspection_hook", None) is not None
+        or getattr(compilation, "instrumentation_mode", "") not in ("", None)
+    )
+
+
+def _always_tritons_path(*args):
+    return None
+
+
 def launch(kernel, grid, args: tuple, meta: dict, device_index: int) -> None:
     """kernel[grid](*args, **meta), through the cached compiled kernel when there is one.
 
@@ -122,23 +143,30 @@ def launch(kernel, grid, args: tuple, meta: dict, device_index: int) -> None:
     grid: a tuple, or a function of meta (as Triton's); device_index: the current CUDA device,
     where x lives (the caller made it current).
     """
-    keyer = _KEYERS.get((id(kernel), len(args)))
+    keyer = _KEYERS.get((kernel, len(args)))
     if keyer is None:
-        keyer = _KEYERS[(id(kernel), len(args))] = _make_keyer(_rules(kernel), args)
+        try:
+            keyer = _make_keyer(_rules(kernel), args)
+        except TypeError:  # an argument type the key does not model: Triton's path, always
+            keyer = _always_tritons_path
+        _KEYERS[(kernel, len(args))] = keyer
     try:
         arg_key = keyer(*args)
     except AttributeError:  # a non-tensor where the first launch had a tensor
         arg_key = None
-    if arg_key is None or _hooks_installed():
+    if arg_key is None or _tritons_path_required(kernel):
         kernel[grid](*args, **meta)
         return
-    key = (id(kernel), device_index, *meta.items(), arg_key)
+    # meta values are keyed by value: callers pass each constexpr with one Python type
+    key = (kernel, device_index, *meta.items(), arg_key)
     compiled = _COMPILED.get(key)
     if compiled is None:
         compiled = kernel[grid](*args, **meta)
         if compiled is not None:
             _COMPILED[key] = compiled
         return
+    global cached_launches
+    cached_launches += 1
     if _CHECK:
         expected = kernel.warmup(*args, grid=grid, **meta)
         if expected is not compiled:

@@ -226,7 +226,11 @@ def rmsnorm(
 
 
 def _needs_grad(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None) -> bool:
-    """Autograd will want a backward from this call."""
+    """Autograd will want a backward from this call, or forward-mode AD is active (dual tensors
+    do not require grad; the autograd.Function then says it has no jvp instead of dropping the
+    tangent)."""
+    if torch.autograd.forward_ad._current_level >= 0:
+        return True
     if not torch.is_grad_enabled():
         return False
     return (

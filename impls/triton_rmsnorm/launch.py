@@ -42,6 +42,9 @@ WIDE_BLOCK_N = 4096
 SPLIT_BLOCK_N = 16384
 #: Chunk width of the cooperative forward (one chunk of a row per program, held in registers).
 COOP_BLOCK_N = 8192
+#: Launch options of the cooperative kernels: no FMA contraction, so that a partner's partial
+#: sum and the fallback's recomputation of it round alike (tests/test_codegen.py checks the PTX).
+COOP_LAUNCH_OPTIONS = {"enable_fp_fusion": False}
 #: Polls of a row's count by a cooperative program before it sums the row itself: a few ms of
 #: L2 atomics; partners that run at the same time arrive within microseconds.
 COOP_SPIN_LIMIT = 1 << 12
@@ -336,7 +339,7 @@ def take_launch_configs() -> dict[str, dict]:
     """The tuned kernels launched since the last call, each with its latest configuration
     (BLOCK_M or PROGRAMS_PER_SM, num_warps, num_stages), then forgets them. For the harness's
     records: which configuration a timing ran."""
-    taken = dict(_LAUNCHED)
+    taken = {kernel: dict(config) for kernel, config in _LAUNCHED.items()}
     _LAUNCHED.clear()
     return taken
 
@@ -459,10 +462,7 @@ def rmsnorm_forward(
             paths[0](*args)
         else:
             key = ("fwd", n, m.bit_length(), has_residual, *dtypes)
-            path = _MEASURED_PATH.get(key)
-            if path is None:
-                path = _MEASURED_PATH[key] = _fastest(paths, args)
-            path(*args)
+            _measured_path(key, paths, args, x.device)(*args)
     return y, rstd, h
 
 
@@ -493,7 +493,7 @@ def coop_fits(n: int, device: torch.device) -> bool:
 #: looped kernel (x read twice, the second time mostly from L2). Which is faster depends on N, M
 #: and dtype; on a GPU it is measured at the first call of each (N, M size class, dtypes).
 FORWARD_LOOPED_FROM_N = 16384
-#: (direction, N, M's bit length, residual, dtypes) -> the fastest path, once measured.
+#: (direction, N, M's bit length, residual, dtypes, device, candidates) -> the fastest path.
 _MEASURED_PATH: dict[tuple, object] = {}
 
 
@@ -504,8 +504,23 @@ def _fastest(paths: list, args: tuple):
 
     for path in paths:
         path(*args)
-    times = [triton.testing.do_bench(lambda p=p: p(*args), warmup=5, rep=25) for p in paths]
+    times = [
+        triton.testing.do_bench(lambda p=p: p(*args), warmup=5, rep=25, return_mode="median")
+        for p in paths
+    ]
     return paths[times.index(min(times))]
+
+
+def _measured_path(key: tuple, paths: list, args: tuple, device: torch.device):
+    """The fastest of paths for this key, measured at its first call (then remembered). While
+    a CUDA graph is being captured nothing can be timed: the default path runs, unremembered."""
+    key = (*key, device.index, tuple(paths))
+    path = _MEASURED_PATH.get(key)
+    if path is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return paths[0]
+        path = _MEASURED_PATH[key] = _fastest(paths, args)
+    return path
 
 
 def _forward_coop(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
@@ -519,13 +534,12 @@ def _forward_coop(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_re
     cap = _programs_cap(x.device)
     # the interpreter runs programs one after another: waiting for a partner cannot succeed
     spin_limit = 0 if interpreting() else COOP_SPIN_LIMIT
-    # enable_fp_fusion=False: the partners' and the fallback's sums must round alike (no FMA)
     _launch(
         "rmsnorm_fwd_coop_kernel",
         lambda meta: (splits, max(1, min(m, meta["PROGRAMS_PER_SM"] * cap // splits))),
         x, weight, y, rstd, partial, count, strides[0], strides[1], m, n, splits, eps, offset,
         m.bit_length(), dtypes=(x.dtype, weight.dtype, y.dtype), BLOCK_N=COOP_BLOCK_N,
-        BLOCK_S=next_power_of_2(splits), SPIN_LIMIT=spin_limit, enable_fp_fusion=False,
+        BLOCK_S=next_power_of_2(splits), SPIN_LIMIT=spin_limit, **COOP_LAUNCH_OPTIONS,
     )  # fmt: skip
 
 
@@ -610,10 +624,7 @@ def _backward_launch(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) 
     if len(paths) == 1 or not autotuning():
         return paths[0](*args)
     key = ("bwd", n, m.bit_length(), has_dh_out, x.dtype, weight.dtype, dy.dtype)
-    path = _MEASURED_PATH.get(key)
-    if path is None:
-        path = _MEASURED_PATH[key] = _fastest(paths, args)
-    return path(*args)
+    return _measured_path(key, paths, args, x.device)(*args)
 
 
 def _backward_paths(m: int, n: int, device: torch.device) -> list:
@@ -644,7 +655,7 @@ def _backward_coop(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) ->
         x.stride(0), dy.stride(0), dx.stride(0), dh_arg.stride(0), m, n, splits, offset,
         m.bit_length(), dtypes=(x.dtype, weight.dtype, dy.dtype, dh_arg.dtype),
         BLOCK_N=COOP_BLOCK_N, BLOCK_S=next_power_of_2(splits), SPIN_LIMIT=spin_limit,
-        HAS_DH_OUT=has_dh_out, enable_fp_fusion=False,
+        HAS_DH_OUT=has_dh_out, **COOP_LAUNCH_OPTIONS,
     )  # fmt: skip
     return dw_partial[: groups(config)]  # the rows the launched row groups wrote
 
