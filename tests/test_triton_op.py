@@ -105,13 +105,18 @@ def test_looped_forward_serves_rows_the_single_tile_also_serves(monkeypatch, wit
      ((3, 16385), torch.float16, "triton"), ((7, 20000), torch.bfloat16, "triton-add")],
     ids=["bf16-9x20000", "fp32-5x30000", "fp16-3x16385", "residual-bf16-7x20000"],
 )  # fmt: skip
-def test_cooperative_paths_match_the_oracle(monkeypatch, shape, dtype, backend_name):
+@pytest.mark.parametrize("rows_per_exchange", [1, 2])
+def test_cooperative_paths_match_the_oracle(
+    monkeypatch, shape, dtype, backend_name, rows_per_exchange
+):
     """The opt-in cooperative forward and backward (x, and dy, read once; RMSNORM_TRITON_COOP=1):
     more rows than row groups, N not a multiple of the chunk. Under the interpreter programs run
     one by one, so every program but a row's last sums the row itself (the fallback) and the
-    last reads the published partials: both branches run. The residual variant's forward keeps
-    its own path; its backward (with the gradient arriving on h) is cooperative."""
+    last reads the published partials: both branches run; one and two rows per exchange (the
+    untuned launch takes the last of COOP_ROWS_PER_EXCHANGE). The residual variant's forward
+    keeps its own path; its backward (with the gradient arriving on h) is cooperative."""
     monkeypatch.setattr(launch, "_COOP", True)
+    monkeypatch.setattr(launch, "COOP_ROWS_PER_EXCHANGE", (rows_per_exchange,))
     m, n = shape
     with_residual = backend_name == "triton-add"
     device = torch.device(DEVICE)

@@ -348,7 +348,8 @@ def rmsnorm_bwd_split_finish_kernel(
 # which could otherwise fuse the two trees differently), so every program of a row gets the same
 # rstd bits either way: slower, never wrong, never stuck. After one timeout a program stops
 # waiting for its later rows. One program per SM fits (registers), so the grid is at most the
-# SM count.
+# SM count. Each exchange covers BLOCK_M rows (a [BLOCK_M, BLOCK_N] tile): more bytes per round
+# trip through L2.
 
 
 @triton.jit(do_not_specialize=["ROWS_BUCKET"])
@@ -356,53 +357,64 @@ def rmsnorm_fwd_coop_kernel(
     X, W, Y, RSTD, PARTIAL, COUNT,
     stride_x_row, stride_y_row, M, N, splits, eps, offset,
     ROWS_BUCKET,  # bit length of M: part of the autotuning key only, unused here
+    BLOCK_M: tl.constexpr,  # rows per exchange
     BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr, SPIN_LIMIT: tl.constexpr,
     PROGRAMS_PER_SM: tl.constexpr,  # sets the grid (launch.py): row groups in flight
 ):  # fmt: skip
-    """Program (chunk, row group): rows g, g + groups, ... of its chunk. PARTIAL [M, splits] fp32
-    receives the chunks' sums of squares; COUNT [M] int32, zeroed by the caller, counts the
-    chunks of each row that have published theirs. The next row's chunk is loaded before the
-    wait, so the wait overlaps a load."""
+    """Program (chunk, row group): rows g*BLOCK_M.., then (g + groups)*BLOCK_M.., ... of its
+    chunk. PARTIAL [M, splits] fp32 receives the chunks' sums of squares; COUNT [M] int32,
+    zeroed by the caller, counts the chunks of each row that have published theirs. The next
+    rows' chunk is requested before the exchange, so its load overlaps it."""
     chunk = tl.program_id(0)
     cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = cols < N
-    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
+    col_mask = cols < N
+    w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
     s = tl.arange(0, BLOCK_S)
-    first = tl.program_id(1).to(tl.int64)
-    step = tl.num_programs(1)
-    x = tl.load(X + first * stride_x_row + cols, mask=cols < tl.where(first < M, N, 0), other=0.0)
+    step = tl.num_programs(1).to(tl.int64) * BLOCK_M
+    first = tl.program_id(1).to(tl.int64) * BLOCK_M
+    rows = first + tl.arange(0, BLOCK_M)
+    mask = (rows < M)[:, None] & col_mask[None, :]
+    x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
     x = x.to(tl.float32)
-    budget = tl.full([], SPIN_LIMIT, tl.int32)  # polls per row; 0 after a first timeout
-    for row in range(first, M, step):
-        # the next row's chunk is requested first: its load overlaps this row's exchange
-        nxt = row + step
-        x_next = tl.load(
-            X + nxt * stride_x_row + cols, mask=cols < tl.where(nxt < M, N, 0), other=0.0
-        )
-        tl.store(PARTIAL + row * splits + chunk, tl.sum(x * x, axis=0))
-        # whichever thread stored the partial, the thread doing the atomic has seen it; the
-        # release then makes it visible to whoever sees the new count
+    budget = tl.full([], SPIN_LIMIT, tl.int32)  # polls per exchange; 0 after a first timeout
+    for start in range(first, M, step):
+        rows = start + tl.arange(0, BLOCK_M)
+        valid = rows < M
+        nxt = rows + step  # the next rows' chunk first: its load overlaps this exchange
+        next_mask = (nxt < M)[:, None] & col_mask[None, :]
+        x_next = tl.load(X + nxt[:, None] * stride_x_row + cols[None, :], mask=next_mask, other=0.0)
+        tl.store(PARTIAL + rows * splits + chunk, tl.sum(x * x, axis=1), mask=valid)
+        # whoever stored a partial, the threads doing the atomics have seen it; their release
+        # then makes it visible to whoever sees the new counts
         tl.debug_barrier()
-        arrived = tl.atomic_add(COUNT + row, 1, sem="acq_rel") + 1
+        arrived = tl.atomic_add(COUNT + rows, 1, mask=valid, sem="acq_rel") + 1
+        arrived = tl.where(valid, arrived, splits)
         tries = tl.full([], 0, tl.int32)
-        while (arrived < splits) & (tries < budget):
-            arrived = tl.atomic_add(COUNT + row, 0, sem="acquire")
+        while (tl.min(arrived, axis=0) < splits) & (tries < budget):
+            polled = tl.atomic_add(COUNT + rows, 0, mask=valid, sem="acquire")
+            arrived = tl.where(valid, polled, splits)
             tries += 1
         tl.debug_barrier()  # every thread reads the partials after the acquire
-        if arrived >= splits:
-            partial = tl.load(PARTIAL + row * splits + s, mask=s < splits, other=0.0, volatile=True)
-        else:  # partners not running: the row's sums from x, as each partner computes its own
+        if tl.min(arrived, axis=0) >= splits:
+            partial = tl.load(
+                PARTIAL + rows[:, None] * splits + s[None, :],
+                mask=valid[:, None] & (s < splits)[None, :], other=0.0, volatile=True,
+            )  # fmt: skip
+        else:  # partners not running: the rows' sums from x, as each partner computes its own
             budget = tl.full([], 0, tl.int32)  # they will not run for the next rows either
-            partial = tl.zeros([BLOCK_S], dtype=tl.float32)
+            partial = tl.zeros([BLOCK_M, BLOCK_S], dtype=tl.float32)
             for c in range(0, splits):
                 c_cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
-                xc = tl.load(X + row * stride_x_row + c_cols, mask=c_cols < N, other=0.0)
-                xc = xc.to(tl.float32)
-                partial = tl.where(s == c, tl.sum(xc * xc, axis=0), partial)
-        rstd = 1.0 / tl.sqrt_rn(tl.sum(partial, axis=0) / N + eps)
-        tl.store(Y + row * stride_y_row + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+                c_mask = valid[:, None] & (c_cols < N)[None, :]
+                xc = tl.load(X + rows[:, None] * stride_x_row + c_cols[None, :], mask=c_mask,
+                             other=0.0).to(tl.float32)  # fmt: skip
+                partial = tl.where(s[None, :] == c, tl.sum(xc * xc, axis=1)[:, None], partial)
+        rstd = 1.0 / tl.sqrt_rn(tl.sum(partial, axis=1) / N + eps)
+        y = (x * rstd[:, None] * w[None, :]).to(Y.dtype.element_ty)
+        tl.store(Y + rows[:, None] * stride_y_row + cols[None, :], y,
+                 mask=valid[:, None] & col_mask[None, :])  # fmt: skip
         if chunk == 0:
-            tl.store(RSTD + row, rstd)
+            tl.store(RSTD + rows, rstd, mask=valid)
         x = x_next.to(tl.float32)
 
 
@@ -411,64 +423,82 @@ def rmsnorm_bwd_coop_kernel(
     X, W, DY, RSTD, DX, DW_PARTIAL, DH_OUT, PARTIAL, COUNT,
     stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, M, N, splits, offset,
     ROWS_BUCKET,  # bit length of M: part of the autotuning key only, unused here
+    BLOCK_M: tl.constexpr,  # rows per exchange
     BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr, SPIN_LIMIT: tl.constexpr,
     HAS_DH_OUT: tl.constexpr,
     PROGRAMS_PER_SM: tl.constexpr,  # sets the grid (launch.py): row groups in flight
 ):  # fmt: skip
     """The backward of wide rows with x and dy read once, as rmsnorm_fwd_coop_kernel: program
     (chunk, row group) holds its chunk of x and dy, publishes the chunk's sum of g * x
-    (g = (offset + w) * dy), waits for the row's other chunks (bounded; past it, sums the row
+    (g = (offset + w) * dy), waits for the rows' other chunks (bounded; past it, sums the rows
     itself with the same bits), then writes dx for its chunk and accumulates dw for its columns
     over its rows: DW_PARTIAL[row group, chunk's columns], no atomics, summed afterwards in a
     fixed order."""
     chunk = tl.program_id(0)
     group = tl.program_id(1)
     cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = cols < N
-    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + offset
+    col_mask = cols < N
+    w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
     s = tl.arange(0, BLOCK_S)
-    first = group.to(tl.int64)
-    step = tl.num_programs(1)
-    first_mask = cols < tl.where(first < M, N, 0)
-    x = tl.load(X + first * stride_x_row + cols, mask=first_mask, other=0.0).to(tl.float32)
-    dy = tl.load(DY + first * stride_dy_row + cols, mask=first_mask, other=0.0).to(tl.float32)
+    step = tl.num_programs(1).to(tl.int64) * BLOCK_M
+    first = group.to(tl.int64) * BLOCK_M
+    rows = first + tl.arange(0, BLOCK_M)
+    mask = (rows < M)[:, None] & col_mask[None, :]
+    x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
+    dy = tl.load(DY + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0)
+    x = x.to(tl.float32)
+    dy = dy.to(tl.float32)
     dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    budget = tl.full([], SPIN_LIMIT, tl.int32)  # polls per row; 0 after a first timeout
-    for row in range(first, M, step):
-        nxt = row + step  # the next row's chunks first: their loads overlap the exchange
-        next_mask = cols < tl.where(nxt < M, N, 0)
-        x_next = tl.load(X + nxt * stride_x_row + cols, mask=next_mask, other=0.0)
-        dy_next = tl.load(DY + nxt * stride_dy_row + cols, mask=next_mask, other=0.0)
-        g = w * dy
-        tl.store(PARTIAL + row * splits + chunk, tl.sum(g * x, axis=0))
+    budget = tl.full([], SPIN_LIMIT, tl.int32)  # polls per exchange; 0 after a first timeout
+    for start in range(first, M, step):
+        rows = start + tl.arange(0, BLOCK_M)
+        valid = rows < M
+        nxt = rows + step  # the next rows' chunks first: their loads overlap the exchange
+        next_mask = (nxt < M)[:, None] & col_mask[None, :]
+        x_next = tl.load(X + nxt[:, None] * stride_x_row + cols[None, :], mask=next_mask, other=0.0)
+        dy_next = tl.load(DY + nxt[:, None] * stride_dy_row + cols[None, :], mask=next_mask,
+                          other=0.0)  # fmt: skip
+        g = w[None, :] * dy
+        tl.store(PARTIAL + rows * splits + chunk, tl.sum(g * x, axis=1), mask=valid)
         tl.debug_barrier()  # see rmsnorm_fwd_coop_kernel
-        arrived = tl.atomic_add(COUNT + row, 1, sem="acq_rel") + 1
+        arrived = tl.atomic_add(COUNT + rows, 1, mask=valid, sem="acq_rel") + 1
+        arrived = tl.where(valid, arrived, splits)
         tries = tl.full([], 0, tl.int32)
-        while (arrived < splits) & (tries < budget):
-            arrived = tl.atomic_add(COUNT + row, 0, sem="acquire")
+        while (tl.min(arrived, axis=0) < splits) & (tries < budget):
+            polled = tl.atomic_add(COUNT + rows, 0, mask=valid, sem="acquire")
+            arrived = tl.where(valid, polled, splits)
             tries += 1
         tl.debug_barrier()
-        if arrived >= splits:
-            partial = tl.load(PARTIAL + row * splits + s, mask=s < splits, other=0.0, volatile=True)
-        else:  # partners not running: the row's sums from x and dy, as each partner computes its own
+        if tl.min(arrived, axis=0) >= splits:
+            partial = tl.load(
+                PARTIAL + rows[:, None] * splits + s[None, :],
+                mask=valid[:, None] & (s < splits)[None, :], other=0.0, volatile=True,
+            )  # fmt: skip
+        else:  # partners not running: the rows' sums from x and dy, as each partner computes its own
             budget = tl.full([], 0, tl.int32)  # they will not run for the next rows either
-            partial = tl.zeros([BLOCK_S], dtype=tl.float32)
+            partial = tl.zeros([BLOCK_M, BLOCK_S], dtype=tl.float32)
             for c in range(0, splits):
                 c_cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
-                c_mask = c_cols < N
-                wc = tl.load(W + c_cols, mask=c_mask, other=0.0).to(tl.float32) + offset
-                xc = tl.load(X + row * stride_x_row + c_cols, mask=c_mask, other=0.0)
-                dyc = tl.load(DY + row * stride_dy_row + c_cols, mask=c_mask, other=0.0)
-                gc = wc * dyc.to(tl.float32)
-                partial = tl.where(s == c, tl.sum(gc * xc.to(tl.float32), axis=0), partial)
-        rstd = tl.load(RSTD + row)
-        mean_gx = tl.sum(partial, axis=0) * rstd / N
-        x_hat = x * rstd
-        dx = (g - x_hat * mean_gx) * rstd
+                c_mask = valid[:, None] & (c_cols < N)[None, :]
+                wc = tl.load(W + c_cols, mask=c_cols < N, other=0.0).to(tl.float32) + offset
+                xc = tl.load(X + rows[:, None] * stride_x_row + c_cols[None, :], mask=c_mask,
+                             other=0.0).to(tl.float32)  # fmt: skip
+                dyc = tl.load(DY + rows[:, None] * stride_dy_row + c_cols[None, :], mask=c_mask,
+                              other=0.0).to(tl.float32)  # fmt: skip
+                gc = wc[None, :] * dyc
+                partial = tl.where(s[None, :] == c, tl.sum(gc * xc, axis=1)[:, None], partial)
+        rstd = tl.load(RSTD + rows, mask=valid, other=0.0)
+        mean_gx = tl.sum(partial, axis=1) * rstd / N
+        x_hat = x * rstd[:, None]
+        dx = (g - x_hat * mean_gx[:, None]) * rstd[:, None]
+        out_mask = valid[:, None] & col_mask[None, :]
         if HAS_DH_OUT:
-            dx += tl.load(DH_OUT + row * stride_dh_row + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(DX + row * stride_dx_row + cols, dx.to(DX.dtype.element_ty), mask=mask)
-        dw_acc += dy * x_hat
+            dh = tl.load(DH_OUT + rows[:, None] * stride_dh_row + cols[None, :], mask=out_mask,
+                         other=0.0)  # fmt: skip
+            dx += dh.to(tl.float32)
+        tl.store(DX + rows[:, None] * stride_dx_row + cols[None, :], dx.to(DX.dtype.element_ty),
+                 mask=out_mask)  # fmt: skip
+        dw_acc += tl.sum(dy * x_hat, axis=0)
         x = x_next.to(tl.float32)
         dy = dy_next.to(tl.float32)
-    tl.store(DW_PARTIAL + group.to(tl.int64) * N + cols, dw_acc, mask=mask)
+    tl.store(DW_PARTIAL + group.to(tl.int64) * N + cols, dw_acc, mask=col_mask)

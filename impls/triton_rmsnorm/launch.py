@@ -42,6 +42,9 @@ WIDE_BLOCK_N = 4096
 SPLIT_BLOCK_N = 16384
 #: Chunk width of the cooperative forward (one chunk of a row per program, held in registers).
 COOP_BLOCK_N = 8192
+#: Rows per exchange of the cooperative kernels (tuned): each exchange costs L2 round trips,
+#: two rows move twice the bytes per round trip for twice the registers.
+COOP_ROWS_PER_EXCHANGE = (1, 2)
 #: Launch options of the cooperative kernels: no FMA contraction, so that a partner's partial
 #: sum and the fallback's recomputation of it round alike (tests/test_codegen.py checks the PTX).
 COOP_LAUNCH_OPTIONS = {"enable_fp_fusion": False}
@@ -129,7 +132,7 @@ def _configs(kernel_name: str) -> list[triton.Config]:
         # sm_90), so a second would not be resident, and its row's partners would wait for it.
         # Their code does not depend on num_stages.
         stages = (1,)
-        metas = [{"PROGRAMS_PER_SM": 1}]
+        metas = [{"PROGRAMS_PER_SM": 1, "BLOCK_M": rows} for rows in COOP_ROWS_PER_EXCHANGE]
     else:
         metas = [{}]
     return [
@@ -203,8 +206,9 @@ _COOP_KERNELS = ("rmsnorm_fwd_coop_kernel", "rmsnorm_bwd_coop_kernel")
 
 
 def _prune_coop(configs, named_args, **kwargs):
-    """The cooperative kernels: 8 to 32 elements per thread per chunk."""
-    return [c for c in configs if _threads_fit(kwargs["BLOCK_N"], c.num_warps, 8, 32)]
+    """The cooperative kernels: 8 to 32 elements per thread per [BLOCK_M, BLOCK_N] tile."""
+    tile = kwargs["BLOCK_N"]
+    return [c for c in configs if _threads_fit(c.kwargs["BLOCK_M"] * tile, c.num_warps, 8, 32)]
 
 
 def _prune_warps(configs, named_args, **kwargs):
@@ -353,7 +357,8 @@ def _heuristic_config(kernel_name: str, block_n: int) -> dict:
     if kernel_name == "rmsnorm_fwd_looped_kernel":
         config["PROGRAMS_PER_SM"] = HEURISTIC_PROGRAMS_PER_SM
     if kernel_name in _COOP_KERNELS:
-        return {"PROGRAMS_PER_SM": 1, "num_warps": 16, "num_stages": 1}  # no spills (ptxas)
+        return {"PROGRAMS_PER_SM": 1, "BLOCK_M": COOP_ROWS_PER_EXCHANGE[-1], "num_warps": 16,
+                "num_stages": 1}  # fmt: skip
     tile = config.get("BLOCK_M", 1) * block_n
     return {**config, "num_warps": heuristic_num_warps(tile), "num_stages": TRITON_DEFAULT_STAGES}
 
@@ -523,6 +528,12 @@ def _measured_path(key: tuple, paths: list, args: tuple, device: torch.device):
     return path
 
 
+def _coop_groups(m: int, splits: int, cap: int, meta: dict) -> int:
+    """Row groups of a cooperative launch: every program (splits x groups) running at once, no
+    group without rows, at most cap (the dw partials stay within SMs x N fp32)."""
+    return max(1, min(cdiv(m, meta["BLOCK_M"]), cap, meta["PROGRAMS_PER_SM"] * cap // splits))
+
+
 def _forward_coop(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
     """x read once: each row's COOP_BLOCK_N chunks held by as many programs, which exchange
     their sums of squares (kernels.rmsnorm_fwd_coop_kernel). Allocates one fp32 per (row,
@@ -536,7 +547,7 @@ def _forward_coop(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_re
     spin_limit = 0 if interpreting() else COOP_SPIN_LIMIT
     _launch(
         "rmsnorm_fwd_coop_kernel",
-        lambda meta: (splits, max(1, min(m, meta["PROGRAMS_PER_SM"] * cap // splits))),
+        lambda meta: (splits, _coop_groups(m, splits, cap, meta)),
         x, weight, y, rstd, partial, count, strides[0], strides[1], m, n, splits, eps, offset,
         m.bit_length(), dtypes=(x.dtype, weight.dtype, y.dtype), BLOCK_N=COOP_BLOCK_N,
         BLOCK_S=next_power_of_2(splits), SPIN_LIMIT=spin_limit, **COOP_LAUNCH_OPTIONS,
@@ -646,18 +657,15 @@ def _backward_coop(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) ->
     dw_partial = torch.empty((max(1, min(m, cap)), n), dtype=torch.float32, device=x.device)
     spin_limit = 0 if interpreting() else COOP_SPIN_LIMIT
 
-    def groups(meta):  # at most cap: the dw partials stay within SMs x N fp32
-        return max(1, min(m, cap, meta["PROGRAMS_PER_SM"] * cap // splits))
-
     config = _launch(
-        "rmsnorm_bwd_coop_kernel", lambda meta: (splits, groups(meta)),
+        "rmsnorm_bwd_coop_kernel", lambda meta: (splits, _coop_groups(m, splits, cap, meta)),
         x, weight, dy, rstd, dx, dw_partial, dh_arg, partial, count,
         x.stride(0), dy.stride(0), dx.stride(0), dh_arg.stride(0), m, n, splits, offset,
         m.bit_length(), dtypes=(x.dtype, weight.dtype, dy.dtype, dh_arg.dtype),
         BLOCK_N=COOP_BLOCK_N, BLOCK_S=next_power_of_2(splits), SPIN_LIMIT=spin_limit,
         HAS_DH_OUT=has_dh_out, **COOP_LAUNCH_OPTIONS,
     )  # fmt: skip
-    return dw_partial[: groups(config)]  # the rows the launched row groups wrote
+    return dw_partial[: _coop_groups(m, splits, cap, config)]  # the rows the groups wrote
 
 
 def _backward_single_tile(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool):
