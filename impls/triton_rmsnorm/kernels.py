@@ -352,6 +352,33 @@ def rmsnorm_bwd_split_finish_kernel(
 # trip through L2.
 
 
+@triton.jit
+def _publish_and_wait(PARTIAL, COUNT, rows, valid, chunk, splits, mine, budget):
+    """Publish this chunk's partial sums of the rows (mine, one per row) and count them in, then
+    poll (at most budget times) until every chunk of the rows has: True when all have."""
+    tl.store(PARTIAL + rows * splits + chunk, mine, mask=valid)
+    # whoever stored a partial, the threads doing the atomics have seen it; their release then
+    # makes it visible to whoever sees the new counts
+    tl.debug_barrier()
+    arrived = tl.atomic_add(COUNT + rows, 1, mask=valid, sem="acq_rel") + 1
+    arrived = tl.where(valid, arrived, splits)
+    tries = tl.full([], 0, tl.int32)
+    while (tl.min(arrived, axis=0) < splits) & (tries < budget):
+        polled = tl.atomic_add(COUNT + rows, 0, mask=valid, sem="acquire")
+        arrived = tl.where(valid, polled, splits)
+        tries += 1
+    tl.debug_barrier()  # every thread reads the partials after the acquire
+    return tl.min(arrived, axis=0) >= splits
+
+
+@triton.jit
+def _published_partials(PARTIAL, rows, valid, splits, BLOCK_S: tl.constexpr):
+    """The rows' partials, every chunk's, [BLOCK_M, BLOCK_S] (past L1: other SMs wrote them)."""
+    s = tl.arange(0, BLOCK_S)
+    return tl.load(PARTIAL + rows[:, None] * splits + s[None, :],
+                   mask=valid[:, None] & (s < splits)[None, :], other=0.0, volatile=True)  # fmt: skip
+
+
 @triton.jit(do_not_specialize=["ROWS_BUCKET"])
 def rmsnorm_fwd_coop_kernel(
     X, W, Y, RSTD, PARTIAL, COUNT,
@@ -383,23 +410,9 @@ def rmsnorm_fwd_coop_kernel(
         nxt = rows + step  # the next rows' chunk first: its load overlaps this exchange
         next_mask = (nxt < M)[:, None] & col_mask[None, :]
         x_next = tl.load(X + nxt[:, None] * stride_x_row + cols[None, :], mask=next_mask, other=0.0)
-        tl.store(PARTIAL + rows * splits + chunk, tl.sum(x * x, axis=1), mask=valid)
-        # whoever stored a partial, the threads doing the atomics have seen it; their release
-        # then makes it visible to whoever sees the new counts
-        tl.debug_barrier()
-        arrived = tl.atomic_add(COUNT + rows, 1, mask=valid, sem="acq_rel") + 1
-        arrived = tl.where(valid, arrived, splits)
-        tries = tl.full([], 0, tl.int32)
-        while (tl.min(arrived, axis=0) < splits) & (tries < budget):
-            polled = tl.atomic_add(COUNT + rows, 0, mask=valid, sem="acquire")
-            arrived = tl.where(valid, polled, splits)
-            tries += 1
-        tl.debug_barrier()  # every thread reads the partials after the acquire
-        if tl.min(arrived, axis=0) >= splits:
-            partial = tl.load(
-                PARTIAL + rows[:, None] * splits + s[None, :],
-                mask=valid[:, None] & (s < splits)[None, :], other=0.0, volatile=True,
-            )  # fmt: skip
+        mine = tl.sum(x * x, axis=1)
+        if _publish_and_wait(PARTIAL, COUNT, rows, valid, chunk, splits, mine, budget):
+            partial = _published_partials(PARTIAL, rows, valid, splits, BLOCK_S)
         else:  # partners not running: the rows' sums from x, as each partner computes its own
             budget = tl.full([], 0, tl.int32)  # they will not run for the next rows either
             partial = tl.zeros([BLOCK_M, BLOCK_S], dtype=tl.float32)
@@ -459,21 +472,9 @@ def rmsnorm_bwd_coop_kernel(
         dy_next = tl.load(DY + nxt[:, None] * stride_dy_row + cols[None, :], mask=next_mask,
                           other=0.0)  # fmt: skip
         g = w[None, :] * dy
-        tl.store(PARTIAL + rows * splits + chunk, tl.sum(g * x, axis=1), mask=valid)
-        tl.debug_barrier()  # see rmsnorm_fwd_coop_kernel
-        arrived = tl.atomic_add(COUNT + rows, 1, mask=valid, sem="acq_rel") + 1
-        arrived = tl.where(valid, arrived, splits)
-        tries = tl.full([], 0, tl.int32)
-        while (tl.min(arrived, axis=0) < splits) & (tries < budget):
-            polled = tl.atomic_add(COUNT + rows, 0, mask=valid, sem="acquire")
-            arrived = tl.where(valid, polled, splits)
-            tries += 1
-        tl.debug_barrier()
-        if tl.min(arrived, axis=0) >= splits:
-            partial = tl.load(
-                PARTIAL + rows[:, None] * splits + s[None, :],
-                mask=valid[:, None] & (s < splits)[None, :], other=0.0, volatile=True,
-            )  # fmt: skip
+        mine = tl.sum(g * x, axis=1)
+        if _publish_and_wait(PARTIAL, COUNT, rows, valid, chunk, splits, mine, budget):
+            partial = _published_partials(PARTIAL, rows, valid, splits, BLOCK_S)
         else:  # partners not running: the rows' sums from x and dy, as each partner computes its own
             budget = tl.full([], 0, tl.int32)  # they will not run for the next rows either
             partial = tl.zeros([BLOCK_M, BLOCK_S], dtype=tl.float32)
