@@ -56,8 +56,9 @@ def ranking(rows: list[dict], mode: str, timing: str, op: str = "rmsnorm") -> li
     """One entry per backend of ``op`` for this (mode, timing), best first."""
     chosen = _select(rows, mode, timing, op)
     cases = sorted({(r["shape"], r["dtype"]) for r in chosen})
+    eager = baseline(op)
     eager_ms = {(r["shape"], r["dtype"]): r["ms"] for r in chosen
-                if r["backend"] == baseline(op) and r["status"] == "ok"}  # fmt: skip
+                if r["backend"] == eager and r["status"] == "ok"}  # fmt: skip
     by_backend: dict[str, list[dict]] = defaultdict(list)
     for r in chosen:
         by_backend[r["backend"]].append(r)
@@ -208,10 +209,10 @@ def versus(rows: list[dict], mode: str, timing: str, op: str = "rmsnorm") -> lis
     for r in chosen:
         by_case[(r["m"], r["n"], r["dtype"])][r["backend"]] = r
     out = []
+    our_name, baseline_name = ours(op), baseline(op)
     for (m, n, dtype), cell in sorted(
         by_case.items(), key=lambda kv: (kv[0][2], kv[0][1], kv[0][0])
     ):
-        our_name, baseline_name = ours(op), baseline(op)
         our_row = cell.get(our_name)
         peers = {b: r for b, r in cell.items()
                  if b not in (our_name, baseline_name) and r.get("oracle_passed")}  # fmt: skip

@@ -534,17 +534,24 @@ def _coop_groups(m: int, splits: int, cap: int, meta: dict) -> int:
     return max(1, min(cdiv(m, meta["BLOCK_M"]), cap, meta["PROGRAMS_PER_SM"] * cap // splits))
 
 
+def _coop_setup(x: torch.Tensor):
+    """What both cooperative launches need for x [M, N]: (chunks a row, the programs cap, the
+    [M, chunks] fp32 partials, the [M] int32 counts zeroed, the poll limit)."""
+    m, n = x.shape
+    splits = cdiv(n, COOP_BLOCK_N)
+    partial = torch.empty((m, splits), dtype=torch.float32, device=x.device)
+    count = torch.zeros((m,), dtype=torch.int32, device=x.device)
+    # the interpreter runs programs one after another: waiting for a partner cannot succeed
+    spin_limit = 0 if interpreting() else COOP_SPIN_LIMIT
+    return splits, _programs_cap(x.device), partial, count, spin_limit
+
+
 def _forward_coop(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
     """x read once: each row's COOP_BLOCK_N chunks held by as many programs, which exchange
     their sums of squares (kernels.rmsnorm_fwd_coop_kernel). Allocates one fp32 per (row,
     chunk) and one int32 per row (zeroed: one memset)."""
     m, n = x.shape
-    splits = cdiv(n, COOP_BLOCK_N)
-    partial = torch.empty((m, splits), dtype=torch.float32, device=x.device)
-    count = torch.zeros((m,), dtype=torch.int32, device=x.device)
-    cap = _programs_cap(x.device)
-    # the interpreter runs programs one after another: waiting for a partner cannot succeed
-    spin_limit = 0 if interpreting() else COOP_SPIN_LIMIT
+    splits, cap, partial, count, spin_limit = _coop_setup(x)
     _launch(
         "rmsnorm_fwd_coop_kernel",
         lambda meta: (splits, _coop_groups(m, splits, cap, meta)),
@@ -650,13 +657,8 @@ def _backward_coop(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) ->
     """x and dy read once (kernels.rmsnorm_bwd_coop_kernel); the dw partials are one row per row
     group. Allocates one fp32 per (row, chunk), one int32 per row (zeroed) and the partials."""
     m, n = x.shape
-    splits = cdiv(n, COOP_BLOCK_N)
-    cap = _programs_cap(x.device)
-    partial = torch.empty((m, splits), dtype=torch.float32, device=x.device)
-    count = torch.zeros((m,), dtype=torch.int32, device=x.device)
+    splits, cap, partial, count, spin_limit = _coop_setup(x)
     dw_partial = torch.empty((max(1, min(m, cap)), n), dtype=torch.float32, device=x.device)
-    spin_limit = 0 if interpreting() else COOP_SPIN_LIMIT
-
     config = _launch(
         "rmsnorm_bwd_coop_kernel", lambda meta: (splits, _coop_groups(m, splits, cap, meta)),
         x, weight, dy, rstd, dx, dw_partial, dh_arg, partial, count,
