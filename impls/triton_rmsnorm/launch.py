@@ -40,20 +40,6 @@ WIDE_BLOCK_N = 4096
 #: Chunk width of the split kernels (wide rows, fewer of them than SMs): one program per
 #: (row, chunk).
 SPLIT_BLOCK_N = 16384
-#: Chunk width of the cooperative forward (one chunk of a row per program, held in registers).
-COOP_BLOCK_N = 8192
-#: Rows per exchange of the cooperative kernels (tuned): each exchange costs L2 round trips,
-#: two rows move twice the bytes per round trip for twice the registers.
-COOP_ROWS_PER_EXCHANGE = (1, 2)
-#: Launch options of the cooperative kernels: no FMA contraction, so that a partner's partial
-#: sum and the fallback's recomputation of it round alike (tests/test_codegen.py checks the PTX).
-COOP_LAUNCH_OPTIONS = {"enable_fp_fusion": False}
-#: Polls of a row's count by a cooperative program before it sums the row itself: a few ms of
-#: L2 atomics; partners that run at the same time arrive within microseconds.
-COOP_SPIN_LIMIT = 1 << 12
-#: The cooperative forward (x read once for wide rows) is a candidate path only when
-#: RMSNORM_TRITON_COOP=1 was set before import: not yet measured on a GPU (docs/perf-log.md).
-_COOP = os.environ.get("RMSNORM_TRITON_COOP", "0") == "1"
 #: The dw reduction's tile: 64 partial rows x 64 columns per step, one program per 64 columns.
 DW_REDUCE_BLOCK_ROWS = 64
 DW_REDUCE_BLOCK_N = 64
@@ -127,12 +113,6 @@ def _configs(kernel_name: str) -> list[triton.Config]:
         metas = [{"BLOCK_M": m} for m in ROWS_PER_TILE_CHOICES]
     elif kernel_name == "rmsnorm_fwd_looped_kernel":
         metas = [{"PROGRAMS_PER_SM": p} for p in PROGRAMS_PER_SM_CHOICES]
-    elif kernel_name in _COOP_KERNELS:
-        # one program per SM: at 8-32 warps each takes 56-237 registers a thread (ptxas for
-        # sm_90), so a second would not be resident, and its row's partners would wait for it.
-        # Their code does not depend on num_stages.
-        stages = (1,)
-        metas = [{"PROGRAMS_PER_SM": 1, "BLOCK_M": rows} for rows in COOP_ROWS_PER_EXCHANGE]
     else:
         metas = [{}]
     return [
@@ -202,15 +182,6 @@ def _prune_looped_forward(configs, named_args, **kwargs):
     ]
 
 
-_COOP_KERNELS = ("rmsnorm_fwd_coop_kernel", "rmsnorm_bwd_coop_kernel")
-
-
-def _prune_coop(configs, named_args, **kwargs):
-    """The cooperative kernels: 8 to 32 elements per thread per [BLOCK_M, BLOCK_N] tile."""
-    tile = kwargs["BLOCK_N"]
-    return [c for c in configs if _threads_fit(c.kwargs["BLOCK_M"] * tile, c.num_warps, 8, 32)]
-
-
 def _prune_warps(configs, named_args, **kwargs):
     """Split kernels (one BLOCK_N chunk per program): 8 to 64 elements per thread."""
     kept = [c for c in configs if _threads_fit(kwargs["BLOCK_N"], c.num_warps, 8, 64)]
@@ -224,8 +195,6 @@ def _prune_warps(configs, named_args, **kwargs):
 _TUNING_KEYS = {
     "rmsnorm_fwd_kernel": ["N", "ROWS_BUCKET", "HAS_RESIDUAL"],
     "rmsnorm_fwd_looped_kernel": ["N", "ROWS_BUCKET", "HAS_RESIDUAL"],
-    "rmsnorm_fwd_coop_kernel": ["N", "ROWS_BUCKET"],
-    "rmsnorm_bwd_coop_kernel": ["N", "ROWS_BUCKET", "HAS_DH_OUT"],
     "rmsnorm_bwd_kernel": ["N", "ROWS_BUCKET", "HAS_DH_OUT"],
     "rmsnorm_bwd_columns_kernel": ["N", "HAS_DH_OUT"],
     "rmsnorm_bwd_row_dot_kernel": ["N"],
@@ -252,8 +221,6 @@ def _autotuned(kernel_name: str):
         prune = {"early_config_prune": _prune_warps}
     elif kernel_name == "rmsnorm_fwd_looped_kernel":
         prune = {"early_config_prune": _prune_looped_forward}
-    elif kernel_name in _COOP_KERNELS:
-        prune = {"early_config_prune": _prune_coop}
     else:
         prune = None
     return triton.autotune(
@@ -261,12 +228,7 @@ def _autotuned(kernel_name: str):
         key=_TUNING_KEYS[kernel_name],
         prune_configs_by=prune,
         do_bench=_tuning_bench,
-        reset_to_zero=_RESET_TO_ZERO.get(kernel_name),
     )(kernel)
-
-
-#: Arguments a kernel expects zeroed at every launch (the autotuner reruns it).
-_RESET_TO_ZERO = {"rmsnorm_fwd_coop_kernel": ["COUNT"], "rmsnorm_bwd_coop_kernel": ["COUNT"]}
 
 
 #: RMSNORM_TRITON_AUTOTUNE, read at import (an environment lookup per launch costs host time).
@@ -356,9 +318,6 @@ def _heuristic_config(kernel_name: str, block_n: int) -> dict:
         config["BLOCK_M"] = rows_per_tile(kernel_name, block_n)
     if kernel_name == "rmsnorm_fwd_looped_kernel":
         config["PROGRAMS_PER_SM"] = HEURISTIC_PROGRAMS_PER_SM
-    if kernel_name in _COOP_KERNELS:
-        return {"PROGRAMS_PER_SM": 1, "BLOCK_M": COOP_ROWS_PER_EXCHANGE[-1], "num_warps": 16,
-                "num_stages": 1}  # fmt: skip
     tile = config.get("BLOCK_M", 1) * block_n
     return {**config, "num_warps": heuristic_num_warps(tile), "num_stages": TRITON_DEFAULT_STAGES}
 
@@ -462,7 +421,7 @@ def rmsnorm_forward(
     dtypes = (x.dtype, weight.dtype, y.dtype)
     args = (x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual)
     with _on_device(x):
-        paths = _forward_paths(m, n, x.device, has_residual)
+        paths = _forward_paths(m, n, x.device)
         if len(paths) == 1 or not autotuning():
             paths[0](*args)
         else:
@@ -471,26 +430,16 @@ def rmsnorm_forward(
     return y, rstd, h
 
 
-def _forward_paths(m: int, n: int, device: torch.device, has_residual: bool) -> list:
+def _forward_paths(m: int, n: int, device: torch.device) -> list:
     """The forward paths that can serve [m, n], the default first; with several, a GPU measures
     them at the first call (autotuning) and keeps the fastest."""
     if n <= FORWARD_LOOPED_FROM_N:
-        paths = [_forward_single_tile]
-    elif not forward_is_looped(n):
-        paths = [_forward_single_tile, _forward_looped]
-    elif rows_are_split(m, device):
-        paths = [_forward_split]
-    else:
-        paths = [_forward_looped]
-    if _COOP and not has_residual and n > FORWARD_LOOPED_FROM_N and coop_fits(n, device):
-        paths.insert(0, _forward_coop)
-    return paths
-
-
-def coop_fits(n: int, device: torch.device) -> bool:
-    """A row's chunks fit the cooperative forward: no more of them than the programs cap (the
-    SM count), so that a row's programs can all run at once."""
-    return cdiv(n, COOP_BLOCK_N) <= _programs_cap(device)
+        return [_forward_single_tile]
+    if not forward_is_looped(n):
+        return [_forward_single_tile, _forward_looped]
+    if rows_are_split(m, device):
+        return [_forward_split]
+    return [_forward_looped]
 
 
 #: Rows wider than this and up to SINGLE_TILE_MAX_N can take either forward path: the single
@@ -526,39 +475,6 @@ def _measured_path(key: tuple, paths: list, args: tuple, device: torch.device):
             return paths[0]
         path = _MEASURED_PATH[key] = _fastest(paths, args)
     return path
-
-
-def _coop_groups(m: int, splits: int, cap: int, meta: dict) -> int:
-    """Row groups of a cooperative launch: every program (splits x groups) running at once, no
-    group without rows, at most cap (the dw partials stay within SMs x N fp32)."""
-    return max(1, min(cdiv(m, meta["BLOCK_M"]), cap, meta["PROGRAMS_PER_SM"] * cap // splits))
-
-
-def _coop_setup(x: torch.Tensor):
-    """What both cooperative launches need for x [M, N]: (chunks a row, the programs cap, the
-    [M, chunks] fp32 partials, the [M] int32 counts zeroed, the poll limit)."""
-    m, n = x.shape
-    splits = cdiv(n, COOP_BLOCK_N)
-    partial = torch.empty((m, splits), dtype=torch.float32, device=x.device)
-    count = torch.zeros((m,), dtype=torch.int32, device=x.device)
-    # the interpreter runs programs one after another: waiting for a partner cannot succeed
-    spin_limit = 0 if interpreting() else COOP_SPIN_LIMIT
-    return splits, _programs_cap(x.device), partial, count, spin_limit
-
-
-def _forward_coop(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
-    """x read once: each row's COOP_BLOCK_N chunks held by as many programs, which exchange
-    their sums of squares (kernels.rmsnorm_fwd_coop_kernel). Allocates one fp32 per (row,
-    chunk) and one int32 per row (zeroed: one memset)."""
-    m, n = x.shape
-    splits, cap, partial, count, spin_limit = _coop_setup(x)
-    _launch(
-        "rmsnorm_fwd_coop_kernel",
-        lambda meta: (splits, _coop_groups(m, splits, cap, meta)),
-        x, weight, y, rstd, partial, count, strides[0], strides[1], m, n, splits, eps, offset,
-        m.bit_length(), dtypes=(x.dtype, weight.dtype, y.dtype), BLOCK_N=COOP_BLOCK_N,
-        BLOCK_S=next_power_of_2(splits), SPIN_LIMIT=spin_limit, **COOP_LAUNCH_OPTIONS,
-    )  # fmt: skip
 
 
 def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
@@ -636,38 +552,8 @@ def rmsnorm_backward(
 
 def _backward_launch(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) -> torch.Tensor:
     """Launch the backward for x's width; returns the [programs, N] fp32 dw partials."""
-    m, n = x.shape
-    args = (dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out)
-    paths = _backward_paths(m, n, x.device)
-    if len(paths) == 1 or not autotuning():
-        return paths[0](*args)
-    key = ("bwd", n, m.bit_length(), has_dh_out, x.dtype, weight.dtype, dy.dtype)
-    return _measured_path(key, paths, args, x.device)(*args)
-
-
-def _backward_paths(m: int, n: int, device: torch.device) -> list:
-    """The backward paths that can serve [m, n], the default first (as _forward_paths)."""
-    paths = [_backward_wide if backward_is_looped(n) else _backward_single_tile]
-    if _COOP and backward_is_looped(n) and coop_fits(n, device):
-        paths.insert(0, _backward_coop)
-    return paths
-
-
-def _backward_coop(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) -> torch.Tensor:
-    """x and dy read once (kernels.rmsnorm_bwd_coop_kernel); the dw partials are one row per row
-    group. Allocates one fp32 per (row, chunk), one int32 per row (zeroed) and the partials."""
-    m, n = x.shape
-    splits, cap, partial, count, spin_limit = _coop_setup(x)
-    dw_partial = torch.empty((max(1, min(m, cap)), n), dtype=torch.float32, device=x.device)
-    config = _launch(
-        "rmsnorm_bwd_coop_kernel", lambda meta: (splits, _coop_groups(m, splits, cap, meta)),
-        x, weight, dy, rstd, dx, dw_partial, dh_arg, partial, count,
-        x.stride(0), dy.stride(0), dx.stride(0), dh_arg.stride(0), m, n, splits, offset,
-        m.bit_length(), dtypes=(x.dtype, weight.dtype, dy.dtype, dh_arg.dtype),
-        BLOCK_N=COOP_BLOCK_N, BLOCK_S=next_power_of_2(splits), SPIN_LIMIT=spin_limit,
-        HAS_DH_OUT=has_dh_out, **COOP_LAUNCH_OPTIONS,
-    )  # fmt: skip
-    return dw_partial[: _coop_groups(m, splits, cap, config)]  # the rows the groups wrote
+    path = _backward_wide if backward_is_looped(x.shape[1]) else _backward_single_tile
+    return path(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out)
 
 
 def _backward_single_tile(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool):
