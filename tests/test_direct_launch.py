@@ -12,7 +12,7 @@ import torch
 from harness.checks import check_backend
 from harness.inputs import make_inputs
 from impls import get_backend
-from impls.triton_rmsnorm import direct, rmsnorm
+from impls.triton_rmsnorm import direct, launch, rmsnorm
 from tests.conftest import DEVICE, ON_GPU
 
 INTS = [0, 1, 2, 15, 16, 17, 32, 48, -1, -16, 2**31 - 1, 2**31, 2**31 + 16, 2**32, 2**63]
@@ -132,7 +132,7 @@ def test_launches_after_the_first_go_direct_and_stay_correct():
     its own compiled kernel, and the check mode (set by conftest) compares every cached launch
     with Triton's own choice."""
     assert direct.check_enabled()
-    hits = direct.cached_launches
+    hits = direct.cached_launches + direct.replayed_launches
     for shape, offset in [((256, 1024), 0), ((256, 1024), 1), ((1, 1024), 0), ((256, 1000), 3)]:
         wide = make_inputs((shape[0], shape[1] + offset), torch.bfloat16, DEVICE)
         inputs = dataclasses.replace(
@@ -141,8 +141,9 @@ def test_launches_after_the_first_go_direct_and_stay_correct():
         for _ in range(2):  # the second call takes the cached path
             result = check_backend(get_backend("triton"), rmsnorm, inputs)
             assert result.passed, result.summary()
-        assert direct.cached_launches > hits, f"{shape}, offset {offset}: no cached launch"
-        hits = direct.cached_launches
+        launched = direct.cached_launches + direct.replayed_launches
+        assert launched > hits, f"{shape}, offset {offset}: no cached launch"
+        hits = launched
 
 
 @pytest.mark.skipif(not ON_GPU, reason="direct launches happen only on a GPU")
@@ -163,3 +164,114 @@ def test_check_mode_catches_a_key_that_ignores_alignment(monkeypatch):
     rmsnorm(base[:, :2048], weight)
     with pytest.raises(RuntimeError, match="specialization key misses something"):
         rmsnorm(base[:, 1:], weight)
+
+
+# ---- replays (launch.py): later calls of a signature repeat its recorded launches --------------
+
+
+def _strided(shape, dtype, offset, row_pad=0):
+    """[M, N] rows starting `offset` elements into a wider buffer (misaligned when odd)."""
+    m, n = shape
+    base = torch.randn(m, n + offset + row_pad, device=DEVICE, dtype=dtype)
+    return base[:, offset : offset + n]
+
+
+def test_replay_keys_separate_what_decides_a_launch():
+    """Alignment, row stride, shape, dtypes, output dtype and residual gradient each change the
+    key; the values of the data do not."""
+    x = _strided((8, 64), torch.bfloat16, 0)
+    w = torch.ones(64, device=DEVICE, dtype=torch.bfloat16)
+    key = launch._forward_replay_key(x, w, None)
+    assert key == launch._forward_replay_key(torch.randn_like(x), w.clone(), None)
+    for other in [
+        (_strided((8, 64), torch.bfloat16, 1), w, None),  # misaligned x
+        (x, torch.ones(65, device=DEVICE, dtype=torch.bfloat16)[1:], None),  # misaligned w
+        (_strided((8, 64), torch.bfloat16, 0, row_pad=16), w, None),  # row stride
+        (_strided((9, 64), torch.bfloat16, 0), w, None),  # M
+        (x.float(), w, None),
+        (x, w.float(), None),
+        (x, w, torch.float32),
+    ]:
+        assert launch._forward_replay_key(*other) != key
+    rstd = torch.ones(8, device=DEVICE)
+    dy = torch.randn_like(x)
+    bkey = launch._backward_replay_key(dy, x, w, rstd, None)
+    assert bkey == launch._backward_replay_key(torch.randn_like(dy), x, w, rstd.clone(), None)
+    for other in [
+        (_strided((8, 64), torch.bfloat16, 1), x, w, rstd, None),  # misaligned dy
+        (_strided((8, 64), torch.bfloat16, 0, row_pad=16), x, w, rstd, None),  # dy row stride
+        (dy, x, w, torch.ones(9, device=DEVICE)[1:], None),  # misaligned rstd
+        (dy, x, w, rstd, dy),  # a residual's gradient
+        (dy.float(), x, w, rstd, None),
+    ]:
+        assert launch._backward_replay_key(*other) != bkey
+
+
+@pytest.mark.skipif(not ON_GPU, reason="replays need compiled kernels: GPU only")
+def test_replays_give_the_first_calls_bits():
+    """Forward and backward, three calls per signature: the later ones replay (check mode,
+    set by conftest, asks Triton for each replay's binary) and give the first call's bits.
+    Signatures that differ only in alignment, row stride or output dtype, run one after the
+    other, each get their own replay."""
+    assert direct.check_enabled()
+    cases = [
+        ((256, 1024), torch.bfloat16, 0, 0, None),
+        ((256, 1024), torch.bfloat16, 1, 0, None),  # misaligned rows
+        ((256, 1024), torch.bfloat16, 0, 8, None),  # a row stride not divisible by 16
+        ((256, 1024), torch.bfloat16, 0, 0, torch.float32),
+        ((3, 4096), torch.float16, 0, 0, None),
+        ((1000, 96), torch.float32, 2, 0, None),
+    ]
+    for shape, dtype, offset, row_pad, out_dtype in cases:
+        x = _strided(shape, dtype, offset, row_pad).requires_grad_(True)
+        w = torch.randn(shape[1], device=DEVICE, dtype=dtype, requires_grad=True)
+        dy = torch.randn(shape, device=DEVICE, dtype=out_dtype or dtype)
+        replays = direct.replayed_launches
+        results = []
+        for _ in range(3):
+            y = rmsnorm(x, w, 1e-6, out_dtype=out_dtype)
+            results.append((y, *torch.autograd.grad(y, (x, w), dy)))
+        for later in results[1:]:
+            assert all(torch.equal(a, b) for a, b in zip(results[0], later, strict=True))
+        # calls 2 and 3 replay: one forward launch and two backward launches each
+        assert direct.replayed_launches - replays >= 4, (shape, offset, row_pad, out_dtype)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="replays need compiled kernels: GPU only")
+def test_check_mode_catches_a_replay_key_that_ignores_alignment(monkeypatch):
+    """Negative control: a replay key blind to x's alignment replays an aligned binary for a
+    misaligned input; the check mode must raise."""
+    monkeypatch.setattr(launch, "_REPLAYS", {})
+    real = launch._forward_replay_key
+
+    def blind(x, weight, out_dtype):
+        key = real(x, weight, out_dtype)
+        return key[:6] + key[7:]  # drops x's alignment
+
+    monkeypatch.setattr(launch, "_forward_replay_key", blind)
+    base = torch.randn(64, 2049, device=DEVICE, dtype=torch.bfloat16)
+    weight = torch.ones(2048, device=DEVICE, dtype=torch.bfloat16)
+    with torch.no_grad():
+        for _ in range(2):
+            rmsnorm(base[:, :2048], weight)
+        with pytest.raises(RuntimeError, match="replay key misses something"):
+            rmsnorm(base[:, 1:], weight)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="autotuning needs a GPU to time configs")
+def test_replays_after_autotuning(monkeypatch):
+    """Autotuned, the first call tunes (no direct launch, nothing recorded), the second records,
+    the third replays the tuned configuration with the first call's bits."""
+    monkeypatch.setattr(launch, "_AUTOTUNE", True)
+    x = torch.randn(384, 1536, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(1536, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn_like(x)
+    replays = direct.replayed_launches
+    results = []
+    for _ in range(4):
+        y = rmsnorm(x, w)
+        results.append((y, *torch.autograd.grad(y, (x, w), dy)))
+    for later in results[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(results[0], later, strict=True))
+    assert direct.replayed_launches - replays >= 3
+    assert "rmsnorm_fwd_kernel" in launch.take_launch_configs()

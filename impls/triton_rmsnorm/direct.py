@@ -45,6 +45,8 @@ _KEYERS: dict[tuple, object] = {}
 
 #: Launches that went through a cached compiled kernel (tests check the cache is used).
 cached_launches = 0
+#: Launches made by a Replay (tests check that replays happen).
+replayed_launches = 0
 
 _CHECK = os.environ.get("RMSNORM_TRITON_CHECK_DIRECT", "0") == "1"
 
@@ -188,3 +190,68 @@ def launch(kernel, grid, args: tuple, meta: dict, device_index: int) -> None:
         *args,
         *[meta[name] for name in kernel.arg_names[len(args) :]],
     )
+
+
+def compiled_for(kernel, args: tuple, meta: dict, device_index: int):
+    """The compiled kernel that a direct launch of these arguments runs, or None (not compiled
+    yet, or the launch takes Triton's path)."""
+    keyer = _KEYERS.get((kernel, len(args)))
+    if keyer is None or _tritons_path_required(kernel):
+        return None
+    try:
+        arg_key = keyer(*args)
+    except AttributeError:
+        return None
+    if arg_key is None:
+        return None
+    return _COMPILED.get((kernel, device_index, *meta.items(), arg_key))
+
+
+class Replay:
+    """One launch to repeat with new arguments of the same specialization: the compiled kernel,
+    its grid and its trailing parameters (constexprs and options), fixed at recording.
+
+    The caller guarantees that the arguments specialize as the recorded ones did (it keys its
+    replays on everything that decides that). With RMSNORM_TRITON_CHECK_DIRECT=1 every replay
+    asks Triton which compiled kernel it would run and raises if it is not the recorded one."""
+
+    __slots__ = ("kernel", "compiled", "grid", "meta", "tail")
+
+    def __init__(self, kernel, compiled, grid: tuple, meta: dict, num_args: int):
+        self.kernel, self.compiled, self.meta = kernel, compiled, meta
+        self.grid = (*grid, 1, 1)[:3]
+        self.tail = tuple(meta[name] for name in kernel.arg_names[num_args:])
+
+    def __call__(self, device_index: int, *args) -> None:
+        if _tritons_path_required(self.kernel):
+            self.kernel[self.grid](*args, **self.meta)
+            return
+        global replayed_launches
+        replayed_launches += 1
+        compiled = self.compiled
+        if _CHECK and self.kernel.warmup(*args, grid=self.grid, **self.meta) is not compiled:
+            raise RuntimeError(
+                f"replay of {self.kernel.fn.__name__}: these arguments specialize differently "
+                "from the recorded launch (the replay key misses something)"
+            )
+        compiled.run(
+            *self.grid,
+            driver.active.get_current_stream(device_index),
+            compiled.function,
+            compiled.packed_metadata,
+            None,  # launch metadata: only read by launch hooks, which are not installed
+            None,
+            None,
+            *args,
+            *self.tail,
+        )
+
+
+def replay_of(kernel, grid, args: tuple, meta: dict, device_index: int) -> Replay | None:
+    """A Replay of a launch that went direct (kernel, grid, args and meta as given to launch),
+    or None when there is no cached compiled kernel for it."""
+    compiled = compiled_for(kernel, args, meta, device_index)
+    if compiled is None:
+        return None
+    size = grid(meta) if callable(grid) else grid
+    return Replay(kernel, compiled, tuple(size), meta, len(args))
