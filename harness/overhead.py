@@ -65,6 +65,25 @@ def _variants(backend, fn, inputs):
 
         yield "triton (torch.no_grad)", "fwd", no_grad_call
         yield "triton (launcher only)", "fwd", lambda: launch.rmsnorm_forward(x, w, eps)
+        # A/B in the same process: the same calls with replays off (launch.py, "replays")
+        yield "triton (replays off)", "fwd", _without_replays(launch, forward)
+        if backend.has_backward:
+            backward = _backward_call(backend, forward(), leaves[0], inputs)
+            yield "triton (replays off)", "bwd", _without_replays(launch, backward)
+
+
+def _without_replays(launch, call):
+    """call with our launcher's replays turned off for its duration (two assignments)."""
+    enabled = launch._REPLAYABLE
+
+    def run():
+        launch._REPLAYABLE = False
+        try:
+            return call()
+        finally:
+            launch._REPLAYABLE = enabled
+
+    return run
 
 
 def measure(backends, shape, dtype, calls: int) -> list[dict]:

@@ -677,8 +677,9 @@ def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) ->
 _RECORDING = threading.local()
 #: replay key -> (the Replays, their configurations for take_launch_configs, extra values).
 _REPLAYS: dict[tuple, tuple] = {}
-#: Replays need compiled kernels (none under the interpreter).
-_REPLAYABLE = not _INTERPRETING
+#: Replays need compiled kernels (none under the interpreter); RMSNORM_TRITON_REPLAY=0, set
+#: before import, turns them off (every call then takes the path above).
+_REPLAYABLE = not _INTERPRETING and os.environ.get("RMSNORM_TRITON_REPLAY", "1") != "0"
 
 
 def _record(key: tuple, call, args: tuple, launches: int, extra=None) -> None:
