@@ -37,3 +37,13 @@ def pytest_configure(config: pytest.Config) -> None:
     # Triton itself would run (impls/triton_rmsnorm/direct.py); not while timing.
     if ON_GPU and not benchmarking:
         os.environ.setdefault("RMSNORM_TRITON_CHECK_DIRECT", "1")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_replays(monkeypatch):
+    """Each test starts with no recorded replays (impls/triton_rmsnorm/launch.py): a signature
+    recorded by an earlier test (say, untuned) must not stand in for the path a test means to
+    run (say, the autotuned one). Within a test, a signature's later calls replay as usual."""
+    from impls.triton_rmsnorm import launch
+
+    monkeypatch.setattr(launch, "_REPLAYS", {})

@@ -170,7 +170,8 @@ def test_check_mode_catches_a_key_that_ignores_alignment(monkeypatch):
 
 
 def _strided(shape, dtype, offset, row_pad=0):
-    """[M, N] rows starting `offset` elements into a wider buffer (misaligned when odd)."""
+    """[M, N] rows starting `offset` elements into a wider buffer (misaligned when odd), each
+    row N + offset + row_pad elements apart."""
     m, n = shape
     base = torch.randn(m, n + offset + row_pad, device=DEVICE, dtype=dtype)
     return base[:, offset : offset + n]
@@ -178,70 +179,98 @@ def _strided(shape, dtype, offset, row_pad=0):
 
 def test_replay_keys_separate_what_decides_a_launch():
     """Alignment, row stride, shape, dtypes, output dtype and residual gradient each change the
-    key; the values of the data do not."""
-    x = _strided((8, 64), torch.bfloat16, 0)
+    key; the values of the data do not. Misaligned variants keep the row stride of the aligned
+    one (offset 1 with row pad 0 against offset 0 with row pad 1), so alignment alone differs."""
+    x = _strided((8, 64), torch.bfloat16, 0, row_pad=1)
     w = torch.ones(64, device=DEVICE, dtype=torch.bfloat16)
     key = launch._forward_replay_key(x, w, None)
-    assert key == launch._forward_replay_key(torch.randn_like(x), w.clone(), None)
+    assert key == launch._forward_replay_key(torch.randn(8, 65, device=DEVICE,
+                                                         dtype=torch.bfloat16)[:, :64], w, None)  # fmt: skip
     for other in [
         (_strided((8, 64), torch.bfloat16, 1), w, None),  # misaligned x
         (x, torch.ones(65, device=DEVICE, dtype=torch.bfloat16)[1:], None),  # misaligned w
         (_strided((8, 64), torch.bfloat16, 0, row_pad=16), w, None),  # row stride
-        (_strided((9, 64), torch.bfloat16, 0), w, None),  # M
+        (_strided((9, 64), torch.bfloat16, 0, row_pad=1), w, None),  # M
         (x.float(), w, None),
         (x, w.float(), None),
         (x, w, torch.float32),
     ]:
         assert launch._forward_replay_key(*other) != key
     rstd = torch.ones(8, device=DEVICE)
-    dy = torch.randn_like(x)
+    dy = _strided((8, 64), torch.bfloat16, 0, row_pad=1)
     bkey = launch._backward_replay_key(dy, x, w, rstd, None)
-    assert bkey == launch._backward_replay_key(torch.randn_like(dy), x, w, rstd.clone(), None)
+    assert bkey == launch._backward_replay_key(
+        _strided((8, 64), torch.bfloat16, 0, row_pad=1), x, w, rstd.clone(), None
+    )
     for other in [
         (_strided((8, 64), torch.bfloat16, 1), x, w, rstd, None),  # misaligned dy
         (_strided((8, 64), torch.bfloat16, 0, row_pad=16), x, w, rstd, None),  # dy row stride
+        (dy, _strided((8, 64), torch.bfloat16, 1), w, rstd, None),  # misaligned x
         (dy, x, w, torch.ones(9, device=DEVICE)[1:], None),  # misaligned rstd
+        (dy, x, w, rstd.half(), None),  # rstd's dtype
         (dy, x, w, rstd, dy),  # a residual's gradient
         (dy.float(), x, w, rstd, None),
     ]:
         assert launch._backward_replay_key(*other) != bkey
 
 
-@pytest.mark.skipif(not ON_GPU, reason="replays need compiled kernels: GPU only")
-def test_replays_give_the_first_calls_bits():
-    """Forward and backward, three calls per signature: the later ones replay (check mode,
-    set by conftest, asks Triton for each replay's binary) and give the first call's bits.
-    Signatures that differ only in alignment, row stride or output dtype, run one after the
-    other, each get their own replay."""
-    assert direct.check_enabled()
-    cases = [
-        ((256, 1024), torch.bfloat16, 0, 0, None),
-        ((256, 1024), torch.bfloat16, 1, 0, None),  # misaligned rows
-        ((256, 1024), torch.bfloat16, 0, 8, None),  # a row stride not divisible by 16
-        ((256, 1024), torch.bfloat16, 0, 0, torch.float32),
+_REPLAY_CASES = (
+    [
+        ((256, 1024), torch.bfloat16, 0, 1, None),
+        ((256, 1024), torch.bfloat16, 1, 0, None),  # misaligned rows, same row stride
+        ((256, 1024), torch.bfloat16, 0, 8, None),  # another row stride
+        ((256, 1024), torch.bfloat16, 0, 1, torch.float32),
         ((3, 4096), torch.float16, 0, 0, None),
         ((1000, 96), torch.float32, 2, 0, None),
     ]
-    for shape, dtype, offset, row_pad, out_dtype in cases:
+    if ON_GPU
+    else [
+        ((16, 256), torch.float32, 0, 1, None),
+        ((16, 256), torch.float32, 1, 0, None),
+        ((16, 256), torch.float32, 0, 1, torch.float16),
+        ((5, 96), torch.float16, 2, 0, None),
+    ]
+)
+
+
+def test_replays_give_the_first_calls_bits():
+    """Forward and backward, three calls per signature: the first records, the later two replay
+    (on a GPU, check mode, set by conftest, asks Triton for each replay's binary; under the
+    interpreter a replay relaunches through Triton, which tests its key, arguments and
+    allocations) and give the first call's bits. Signatures that differ only in alignment, row
+    stride or output dtype, run one after the other, each get their own replay."""
+    assert direct.check_enabled() == ON_GPU
+    for shape, dtype, offset, row_pad, out_dtype in _REPLAY_CASES:
         x = _strided(shape, dtype, offset, row_pad).requires_grad_(True)
         w = torch.randn(shape[1], device=DEVICE, dtype=dtype, requires_grad=True)
         dy = torch.randn(shape, device=DEVICE, dtype=out_dtype or dtype)
-        replays = direct.replayed_launches
+        before = direct.replayed_launches
         results = []
         for _ in range(3):
             y = rmsnorm(x, w, 1e-6, out_dtype=out_dtype)
             results.append((y, *torch.autograd.grad(y, (x, w), dy)))
         for later in results[1:]:
             assert all(torch.equal(a, b) for a, b in zip(results[0], later, strict=True))
-        # calls 2 and 3 replay: one forward launch and two backward launches each
-        assert direct.replayed_launches - replays >= 4, (shape, offset, row_pad, out_dtype)
+        # calls 2 and 3 replay one forward launch and two backward launches each
+        assert direct.replayed_launches - before == 6, (shape, offset, row_pad, out_dtype)
 
 
-@pytest.mark.skipif(not ON_GPU, reason="replays need compiled kernels: GPU only")
+def test_forward_replays_on_their_own():
+    """Inference calls replay the forward alone: exactly one replayed launch per later call."""
+    x = _strided((8, 512) if not ON_GPU else (64, 2048), torch.float32, 1)
+    w = torch.randn(x.shape[1], device=DEVICE)
+    before = direct.replayed_launches
+    with torch.no_grad():
+        first = rmsnorm(x, w)
+        for _ in range(2):
+            assert torch.equal(rmsnorm(x, w), first)
+    assert direct.replayed_launches - before == 2
+
+
+@pytest.mark.skipif(not ON_GPU, reason="check mode verifies compiled kernels: GPU only")
 def test_check_mode_catches_a_replay_key_that_ignores_alignment(monkeypatch):
     """Negative control: a replay key blind to x's alignment replays an aligned binary for a
     misaligned input; the check mode must raise."""
-    monkeypatch.setattr(launch, "_REPLAYS", {})
     real = launch._forward_replay_key
 
     def blind(x, weight, out_dtype):
@@ -261,17 +290,22 @@ def test_check_mode_catches_a_replay_key_that_ignores_alignment(monkeypatch):
 @pytest.mark.skipif(not ON_GPU, reason="autotuning needs a GPU to time configs")
 def test_replays_after_autotuning(monkeypatch):
     """Autotuned, the first call tunes (no direct launch, nothing recorded), the second records,
-    the third replays the tuned configuration with the first call's bits."""
+    the third and fourth replay the tuned configuration with the first call's bits."""
     monkeypatch.setattr(launch, "_AUTOTUNE", True)
+    monkeypatch.setattr(launch, "_TUNED", {})
     x = torch.randn(384, 1536, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
     w = torch.randn(1536, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn_like(x)
-    replays = direct.replayed_launches
+    before = direct.replayed_launches
     results = []
-    for _ in range(4):
+    for call in range(4):
         y = rmsnorm(x, w)
         results.append((y, *torch.autograd.grad(y, (x, w), dy)))
+        if call == 0:
+            tuned = dict(launch._TUNED)
+            assert tuned, "the first call did not autotune"
     for later in results[1:]:
         assert all(torch.equal(a, b) for a, b in zip(results[0], later, strict=True))
-    assert direct.replayed_launches - replays >= 3
-    assert "rmsnorm_fwd_kernel" in launch.take_launch_configs()
+    assert direct.replayed_launches - before == 6  # calls 3 and 4: 1 + 2 launches each
+    launched = launch.take_launch_configs()
+    assert launched["rmsnorm_fwd_kernel"] in tuned.values()

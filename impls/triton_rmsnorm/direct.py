@@ -208,8 +208,9 @@ def compiled_for(kernel, args: tuple, meta: dict, device_index: int):
 
 
 class Replay:
-    """One launch to repeat with new arguments of the same specialization: the compiled kernel,
-    its grid and its trailing parameters (constexprs and options), fixed at recording.
+    """One launch to repeat with new arguments of the same specialization: the compiled kernel
+    (None: relaunch through Triton's path, as under the interpreter), its grid and its trailing
+    parameters (constexprs and options), fixed at recording.
 
     The caller guarantees that the arguments specialize as the recorded ones did (it keys its
     replays on everything that decides that). With RMSNORM_TRITON_CHECK_DIRECT=1 every replay
@@ -223,11 +224,11 @@ class Replay:
         self.tail = tuple(meta[name] for name in kernel.arg_names[num_args:])
 
     def __call__(self, device_index: int, *args) -> None:
-        if _tritons_path_required(self.kernel):
-            self.kernel[self.grid](*args, **self.meta)
-            return
         global replayed_launches
         replayed_launches += 1
+        if self.compiled is None or _tritons_path_required(self.kernel):
+            self.kernel[self.grid](*args, **self.meta)
+            return
         compiled = self.compiled
         if _CHECK and self.kernel.warmup(*args, grid=self.grid, **self.meta) is not compiled:
             raise RuntimeError(
@@ -247,11 +248,14 @@ class Replay:
         )
 
 
-def replay_of(kernel, grid, args: tuple, meta: dict, device_index: int) -> Replay | None:
-    """A Replay of a launch that went direct (kernel, grid, args and meta as given to launch),
-    or None when there is no cached compiled kernel for it."""
-    compiled = compiled_for(kernel, args, meta, device_index)
-    if compiled is None:
+def replay_of(
+    kernel, grid, args: tuple, meta: dict, device_index: int, through_triton: bool = False
+) -> Replay | None:
+    """A Replay of a launch (kernel, grid, args and meta as given to launch): of its cached
+    compiled kernel, or None when there is none; through_triton (the interpreter, which has no
+    compiled kernels): a Replay that relaunches through Triton's path."""
+    compiled = None if through_triton else compiled_for(kernel, args, meta, device_index)
+    if compiled is None and not through_triton:
         return None
     size = grid(meta) if callable(grid) else grid
     return Replay(kernel, compiled, tuple(size), meta, len(args))

@@ -267,7 +267,9 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> dict:
         if kernel_name == "rmsnorm_fwd_looped_kernel":
             config["PROGRAMS_PER_SM"] = 1  # fewer programs than rows: the row loop is exercised
         _LAUNCHED[kernel_name] = config
-        kernel[grid](*args, **kwargs, **config)
+        meta = {**kwargs, **config}
+        kernel[grid](*args, **meta)
+        _note_launch(kernel, grid, args, meta, config)
         return config
     if autotuning():
         key = (
@@ -292,9 +294,7 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> dict:
     _LAUNCHED[kernel_name] = config
     meta = {**kwargs, **config}
     direct.launch(kernel, grid, args, meta, args[0].get_device())
-    recording = getattr(_RECORDING, "launches", None)
-    if recording is not None:
-        recording.append((kernel, grid, args, meta, args[0].get_device()))
+    _note_launch(kernel, grid, args, meta, config)
     return config
 
 
@@ -330,13 +330,12 @@ def _heuristic_config(kernel_name: str, block_n: int) -> dict:
 def _launch_fixed(kernel, grid, *args, num_warps: int, **constexprs) -> None:
     """A kernel with one fixed configuration (not tuned)."""
     if interpreting():
-        kernel[grid](*args, **constexprs, num_warps=num_warps)
+        meta = {**constexprs, "num_warps": num_warps}
+        kernel[grid](*args, **meta)
     else:
         meta = {**constexprs, "num_warps": num_warps, "num_stages": TRITON_DEFAULT_STAGES}
         direct.launch(kernel, grid, args, meta, args[0].get_device())
-        recording = getattr(_RECORDING, "launches", None)
-        if recording is not None:
-            recording.append((kernel, grid, args, meta, args[0].get_device()))
+    _note_launch(kernel, grid, args, meta)
 
 
 #: Where the tuning key's runtime values (N, ROWS_BUCKET) sit among each kernel's arguments.
@@ -419,7 +418,7 @@ def rmsnorm_forward(
     if residual is None and _REPLAYABLE:
         key = _forward_replay_key(x, weight, out_dtype)
         replayed = _REPLAYS.get(key)
-        if replayed is not None and torch.cuda.current_device() == key[-1]:
+        if replayed is not None and _is_current(key[-1]):
             return _replay_forward(replayed, x, weight, eps, offset, out_dtype)
     _check_runnable(x)
     m, n = x.shape
@@ -559,7 +558,7 @@ def rmsnorm_backward(
     if _REPLAYABLE:
         key = _backward_replay_key(dy, x, weight, rstd, dh_out)
         replayed = _REPLAYS.get(key)
-        if replayed is not None and torch.cuda.current_device() == key[-1]:
+        if replayed is not None and _is_current(key[-1]):
             return _replay_backward(replayed, dy, x, weight, rstd, offset, dh_out)
     _check_runnable(x)
     m, n = x.shape
@@ -672,36 +671,59 @@ def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) ->
 # shapes, row strides, dtypes, each input's 16-byte alignment, the device; outputs and scratch are
 # new contiguous allocations, as at recording.
 
-#: Per thread, while a call is recorded: each launch that went direct, as (kernel, grid, args,
-#: meta, device).
+#: Per thread, while a call is recorded: each launch, as (kernel, grid, args, meta, device,
+#: tuned config or None).
 _RECORDING = threading.local()
 #: replay key -> (the Replays, their configurations for take_launch_configs, extra values).
 _REPLAYS: dict[tuple, tuple] = {}
-#: Replays need compiled kernels (none under the interpreter); RMSNORM_TRITON_REPLAY=0, set
-#: before import, turns them off (every call then takes the path above).
-_REPLAYABLE = not _INTERPRETING and os.environ.get("RMSNORM_TRITON_REPLAY", "1") != "0"
+#: At most this many signatures are recorded (M that changes every call would grow the table
+#: without bound); later new signatures take the path above.
+REPLAY_CAP = 4096
+#: RMSNORM_TRITON_REPLAY=0, set before import, turns replays off (every call then takes the
+#: path above). Under the interpreter a replay relaunches through Triton's path (there is no
+#: compiled kernel): the CPU tests cover replays' keys, arguments and allocations that way.
+_REPLAYABLE = os.environ.get("RMSNORM_TRITON_REPLAY", "1") != "0"
+
+
+def _note_launch(kernel, grid, args: tuple, meta: dict, config: dict | None = None) -> None:
+    """While a call is recorded, note one of its launches."""
+    recording = getattr(_RECORDING, "launches", None)
+    if recording is not None:
+        recording.append((kernel, grid, args, meta, args[0].get_device(), config))
+
+
+def _is_current(device_index: int) -> bool:
+    """x's device is the current CUDA device (always true for the interpreter's CPU tensors)."""
+    return device_index < 0 or torch.cuda.current_device() == device_index
 
 
 def _record(key: tuple, call, args: tuple, launches: int, extra=None) -> None:
-    """call(*args); if it made the expected number of launches and each went direct (a first
-    call that autotunes does not), remember them under key, with extra for the replay."""
+    """call(*args), remembering its launches under key when it made the expected number of them
+    and each can be replayed (went direct, or runs under the interpreter). A first call that
+    autotunes is not remembered (the tuner launches; nothing went direct); nor is a key already
+    known (x on another device than the current one runs here every call), nor one past
+    REPLAY_CAP."""
+    if key in _REPLAYS or len(_REPLAYS) >= REPLAY_CAP:
+        call(*args)
+        return
+    outer = getattr(_RECORDING, "launches", None)
     _RECORDING.launches = recorded = []
     try:
         call(*args)
     finally:
-        _RECORDING.launches = None
-    replays = [direct.replay_of(*launch) for launch in recorded]
+        _RECORDING.launches = outer
+    through_triton = interpreting()
+    replays = [direct.replay_of(*launch[:5], through_triton=through_triton) for launch in recorded]
     if len(replays) != launches or None in replays:
         return
-    names = [launch[0].fn.__name__ for launch in recorded]
-    configs = {name: _LAUNCHED[name] for name in names if name in _LAUNCHED}
+    configs = {launch[0].fn.__name__: launch[5] for launch in recorded if launch[5] is not None}
     _REPLAYS[key] = (replays, configs, extra)
 
 
 def _forward_replay_key(x, weight, out_dtype) -> tuple:
     return (
         "fwd", x.shape, x.stride(0), x.dtype, weight.dtype, out_dtype,
-        x.data_ptr() & 15, weight.data_ptr() & 15, x.get_device(),
+        x.data_ptr() & 15, weight.data_ptr() & 15, x.is_cuda, x.get_device(),
     )  # fmt: skip
 
 
@@ -722,9 +744,9 @@ def _replay_forward(replayed: tuple, x, weight, eps, offset, out_dtype):
 def _backward_replay_key(dy, x, weight, rstd, dh_out) -> tuple:
     dh = None if dh_out is None else (dh_out.dtype, dh_out.stride(0), dh_out.data_ptr() & 15)
     return (
-        "bwd", x.shape, x.stride(0), dy.stride(0), x.dtype, weight.dtype, dy.dtype, dh,
-        x.data_ptr() & 15, weight.data_ptr() & 15, dy.data_ptr() & 15, rstd.data_ptr() & 15,
-        x.get_device(),
+        "bwd", x.shape, x.stride(0), dy.stride(0), x.dtype, weight.dtype, dy.dtype, rstd.dtype,
+        dh, x.data_ptr() & 15, weight.data_ptr() & 15, dy.data_ptr() & 15, rstd.data_ptr() & 15,
+        x.is_cuda, x.get_device(),
     )  # fmt: skip
 
 
