@@ -415,10 +415,11 @@ def rmsnorm_forward(
     h = x + r (x's dtype) is written too and y normalizes h; else h is None.
     """
     eps, offset = float(eps), float(offset)  # as every launch specializes them (fp32)
+    replay_key = None
     if residual is None and _REPLAYABLE:
-        key = _forward_replay_key(x, weight, out_dtype)
-        replayed = _REPLAYS.get(key)
-        if replayed is not None and _is_current(key[-1]):
+        replay_key = _forward_replay_key(x, weight, out_dtype)
+        replayed = _REPLAYS.get(replay_key)
+        if replayed is not None and _is_current(replay_key[-1]):
             return _replay_forward(replayed, x, weight, eps, offset, out_dtype)
     _check_runnable(x)
     m, n = x.shape
@@ -435,13 +436,13 @@ def rmsnorm_forward(
     args = (x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual)
     with _on_device(x):
         paths = _forward_paths(m, n, x.device)
-        if paths == [_forward_single_tile] and _REPLAYABLE and not has_residual:
-            _record(_forward_replay_key(x, weight, out_dtype), _forward_single_tile, args, 1)
+        if paths == [_forward_single_tile] and replay_key is not None:
+            _record(replay_key, _forward_single_tile, args, 1)
         elif len(paths) == 1 or not autotuning():
             paths[0](*args)
         else:
-            key = ("fwd", n, m.bit_length(), has_residual, *dtypes)
-            _measured_path(key, paths, args, x.device)(*args)
+            path_key = ("fwd", n, m.bit_length(), has_residual, *dtypes)
+            _measured_path(path_key, paths, args, x.device)(*args)
     return y, rstd, h
 
 
@@ -555,10 +556,11 @@ def rmsnorm_backward(
     partials' fp32 sum in a fixed order, rounded once.
     """
     offset = float(offset)
+    replay_key = None
     if _REPLAYABLE:
-        key = _backward_replay_key(dy, x, weight, rstd, dh_out)
-        replayed = _REPLAYS.get(key)
-        if replayed is not None and _is_current(key[-1]):
+        replay_key = _backward_replay_key(dy, x, weight, rstd, dh_out)
+        replayed = _REPLAYS.get(replay_key)
+        if replayed is not None and _is_current(replay_key[-1]):
             return _replay_backward(replayed, dy, x, weight, rstd, offset, dh_out)
     _check_runnable(x)
     m, n = x.shape
@@ -569,9 +571,9 @@ def rmsnorm_backward(
     dw = torch.empty_like(weight)
     args = (dy, x, weight, rstd, offset, dx, dh_arg, dh_out is not None, dw)
     with _on_device(x):
-        if _REPLAYABLE and not backward_is_looped(n):
-            key = _backward_replay_key(dy, x, weight, rstd, dh_out)
-            _record(key, _backward_launches, args, 2, _single_tile_backward_grid(m, x.device))
+        if replay_key is not None and not backward_is_looped(n):
+            extra = _single_tile_backward_grid(m, x.device)
+            _record(replay_key, _backward_launches, args, 2, extra)
         else:
             _backward_launches(*args)
     return dx, dw
