@@ -289,8 +289,8 @@ def test_check_mode_catches_a_replay_key_that_ignores_alignment(monkeypatch):
 
 @pytest.mark.skipif(not ON_GPU, reason="autotuning needs a GPU to time configs")
 def test_replays_after_autotuning(monkeypatch):
-    """Autotuned, the first call tunes (no direct launch, nothing recorded), the second records,
-    the third and fourth replay the tuned configuration with the first call's bits."""
+    """Autotuned, the first call tunes, then launches the tuned configuration and records it;
+    the later three replay it with the first call's bits."""
     monkeypatch.setattr(launch, "_AUTOTUNE", True)
     monkeypatch.setattr(launch, "_TUNED", {})
     x = torch.randn(384, 1536, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
@@ -306,6 +306,6 @@ def test_replays_after_autotuning(monkeypatch):
             assert tuned, "the first call did not autotune"
     for later in results[1:]:
         assert all(torch.equal(a, b) for a, b in zip(results[0], later, strict=True))
-    assert direct.replayed_launches - before == 6  # calls 3 and 4: 1 + 2 launches each
+    assert direct.replayed_launches - before == 9  # calls 2 to 4: 1 + 2 launches each
     launched = launch.take_launch_configs()
     assert launched["rmsnorm_fwd_kernel"] in tuned.values()

@@ -12,7 +12,8 @@ Paths, chosen by the hidden size N (and for wide rows by M), separately for each
 Forward rows of FORWARD_LOOPED_FROM_N < N <= SINGLE_TILE_MAX_N take whichever of the single tile
 and the looped path measured faster at the first call (on a GPU, autotuning).
 
-On a CUDA device the kernels are autotuned per N over num_warps x num_stages with BLOCK_N pinned.
+On a CUDA device the kernels are autotuned per N over num_warps x num_stages with BLOCK_N pinned,
+each candidate timed by device-only time (tuning.py), as the harness ranks backends.
 Under the Triton interpreter (TRITON_INTERPRET=1, CPU tensors) autotuning cannot time anything,
 so a fixed configuration is used: the kernel code is the same.
 """
@@ -27,7 +28,7 @@ import threading
 import torch
 import triton
 
-from . import direct, kernels
+from . import direct, kernels, tuning
 
 #: Widest row the single-tile forward takes: one row lives in registers.
 SINGLE_TILE_MAX_N = 65536
@@ -205,31 +206,36 @@ _TUNING_KEYS = {
 }
 
 
-def _tuning_bench(kernel_call, quantiles):
-    """Each config timed for ~25 ms after a 5 ms warm-up: enough for a memory-bound kernel of
-    tens of microseconds, and a fifth of Triton's default cost per config."""
-    import triton.testing
+#: Each tuned kernel's pruning of its configuration space (the rest keep every config).
+_PRUNE = {
+    "rmsnorm_fwd_kernel": _prune_tiles("rmsnorm_fwd_kernel"),
+    "rmsnorm_bwd_kernel": _prune_tiles("rmsnorm_bwd_kernel"),
+    "rmsnorm_fwd_looped_kernel": _prune_looped_forward,
+    "rmsnorm_fwd_split_sumsq_kernel": _prune_warps,
+    "rmsnorm_fwd_split_scale_kernel": _prune_warps,
+    "rmsnorm_bwd_split_dot_kernel": _prune_warps,
+}
 
-    return triton.testing.do_bench(kernel_call, warmup=5, rep=25, quantiles=quantiles)
+
+def _candidates(kernel_name: str, args: tuple, constexprs: dict) -> list[dict]:
+    """The configurations tried for this launch, as launch keywords."""
+    configs = _configs(kernel_name)
+    prune = _PRUNE.get(kernel_name)
+    if prune is not None:
+        named_args = dict(zip(getattr(kernels, kernel_name).arg_names, args, strict=False))
+        configs = prune(configs, named_args, **constexprs)
+    return [{**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages} for c in configs]
 
 
-@functools.cache
-def _autotuned(kernel_name: str):
+def _tuned_config(kernel_name: str, grid, args: tuple, constexprs: dict) -> dict:
+    """The candidate configuration with the least device time on these arguments
+    (tuning.py: CUDA-graph replays over rotating copies, as the harness times backends)."""
     kernel = getattr(kernels, kernel_name)
-    if kernel_name in TILE_TARGET:
-        prune = {"early_config_prune": _prune_tiles(kernel_name)}
-    elif "_split_" in kernel_name:
-        prune = {"early_config_prune": _prune_warps}
-    elif kernel_name == "rmsnorm_fwd_looped_kernel":
-        prune = {"early_config_prune": _prune_looped_forward}
-    else:
-        prune = None
-    return triton.autotune(
-        configs=_configs(kernel_name),
-        key=_TUNING_KEYS[kernel_name],
-        prune_configs_by=prune,
-        do_bench=_tuning_bench,
-    )(kernel)
+
+    def run(config: dict, launch_args: tuple) -> None:
+        kernel[grid](*launch_args, **constexprs, **config)
+
+    return tuning.fastest(_candidates(kernel_name, args, constexprs), run, args)
 
 
 #: RMSNORM_TRITON_AUTOTUNE, read at import (an environment lookup per launch costs host time).
@@ -279,16 +285,14 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> dict:
             *(args[i] for i in _KEY_POSITIONS[kernel_name]),
         )
         config = _TUNED.get(key)
+        if config is None and torch.cuda.is_current_stream_capturing():
+            # Nothing can be timed during a capture: the heuristic config, neither remembered
+            # nor noted for a replay (which would keep it after the capture).
+            config = _heuristic_config(kernel_name, kwargs["BLOCK_N"])
+            direct.launch(kernel, grid, args, {**kwargs, **config}, args[0].get_device())
+            return config
         if config is None:
-            tuner = _autotuned(kernel_name)
-            tuner[grid](*args, **kwargs)
-            best = tuner.best_config
-            _TUNED[key] = _LAUNCHED[kernel_name] = {
-                **best.kwargs,
-                "num_warps": best.num_warps,
-                "num_stages": best.num_stages,
-            }
-            return _TUNED[key]
+            config = _TUNED[key] = _tuned_config(kernel_name, grid, args, kwargs)
     else:
         config = _heuristic_config(kernel_name, kwargs["BLOCK_N"])
     _LAUNCHED[kernel_name] = config
@@ -468,17 +472,11 @@ _MEASURED_PATH: dict[tuple, object] = {}
 
 
 def _fastest(paths: list, args: tuple):
-    """The path with the lowest median time on these arguments, each already tuned (its first
-    call autotunes its kernel). Paths write the same outputs from the same inputs."""
-    import triton.testing
-
+    """The path with the least device time on these arguments (tuning.py), each already tuned
+    (its first call tunes its kernels). Paths write the same outputs from the same inputs."""
     for path in paths:
         path(*args)
-    times = [
-        triton.testing.do_bench(lambda p=p: p(*args), warmup=5, rep=25, return_mode="median")
-        for p in paths
-    ]
-    return paths[times.index(min(times))]
+    return tuning.fastest(paths, lambda path, launch_args: path(*launch_args), args)
 
 
 def _measured_path(key: tuple, paths: list, args: tuple, device: torch.device):
@@ -667,8 +665,8 @@ def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) ->
 # ---- replays: later calls of a signature skip the Python launch path -------------------------
 # Where kernels take a few microseconds the host sets the pace, and on the H200's host most of a
 # launcher call went to this module's path: checks, path choice, the tuning lookup, the direct
-# launch's key (perf log, "Host: replays"). So a single-tile call records its launches (from its
-# second call: the first may autotune) and later calls with the same replay key repeat them with
+# launch's key (perf log, "Host: replays"). So a single-tile call records its launches (its first
+# call, after any tuning) and later calls with the same replay key repeat them with
 # fresh outputs. The key holds everything that decides the launches and their specialization:
 # shapes, row strides, dtypes, each input's 16-byte alignment, the device; outputs and scratch are
 # new contiguous allocations, as at recording.
@@ -701,10 +699,10 @@ def _is_current(device_index: int) -> bool:
 
 def _record(key: tuple, call, args: tuple, launches: int, extra=None) -> None:
     """call(*args), remembering its launches under key when it made the expected number of them
-    and each can be replayed (went direct, or runs under the interpreter). A first call that
-    autotunes is not remembered (the tuner launches; nothing went direct); nor is a key already
-    known (x on another device than the current one runs here every call), nor one past
-    REPLAY_CAP."""
+    and each can be replayed (went direct, or runs under the interpreter). A call during a
+    CUDA-graph capture that met an untuned key is not remembered (its launch is not noted); nor
+    is a key already known (x on another device than the current one runs here every call), nor
+    one past REPLAY_CAP."""
     if key in _REPLAYS or len(_REPLAYS) >= REPLAY_CAP:
         call(*args)
         return

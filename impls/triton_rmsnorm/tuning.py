@@ -1,0 +1,126 @@
+"""Autotuning by the harness's device-only method: each candidate configuration is timed as
+CUDA-graph replays of its launch over rotating copies of the launch's tensors, and the fastest
+median wins. So the tuner ranks configurations the way results/ ranks backends.
+
+Why not triton.autotune: it times each config with do_bench, one isolated call after a 256 MB
+memset that leaves the L2 full of dirty lines. On the H200 its pick and the device-only fastest
+config disagreed by up to 10% (forward, 512 x 8192) and its picks changed between processes at
+the narrow backward (262144 x 128: 2623 GB/s in one run, 3342 in another, the best config 3534);
+docs/perf-log.md, "v7".
+
+The copies keep each tensor's size, strides and 16-byte alignment (Triton specializes on it), so
+every copy runs the binary the real launch will run. Nothing is drawn from the RNG (copies are
+made with copy_), and the caller's tensors are only read: the kernels tuned here write nothing
+they read, and their outputs are written again by the real launch.
+
+Only for CUDA tensors, outside CUDA-graph capture (the caller checks both).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+
+import torch
+from triton.compiler.errors import CompileTimeAssertionFailure
+from triton.runtime.errors import OutOfResources, PTXASError
+
+#: As the harness's device-only timer: the rotating sets together exceed 3x the L2 (cap 64).
+L2_MULTIPLE = 3
+MAX_SETS = 64
+#: Per config: replays per sample to last ~SAMPLE_MS, median of SAMPLES samples.
+SAMPLES = 5
+SAMPLE_MS = 0.5
+
+#: A configuration that cannot compile or launch on this GPU is skipped, as triton.autotune does.
+_UNRUNNABLE = (OutOfResources, CompileTimeAssertionFailure, PTXASError)
+
+
+def _extent(t: torch.Tensor) -> int:
+    """Elements from t's first element to its last, as its strides lay them out."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
+
+
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    """A tensor with t's values, size and strides at t's 16-byte alignment, in new memory."""
+    shift = (t.data_ptr() % 16) // t.element_size()
+    base = torch.empty(_extent(t) + shift, dtype=t.dtype, device=t.device)
+    return base.as_strided(t.shape, t.stride(), shift).copy_(t)
+
+
+def _bytes(t: torch.Tensor) -> int:
+    return _extent(t) * t.element_size()
+
+
+def rotating_arguments(args: tuple, l2_bytes: int) -> list[tuple]:
+    """args, then copies of args (each tensor copied once, aliases kept as aliases) until the
+    sets together exceed L2_MULTIPLE x the L2, at most MAX_SETS sets."""
+    tensors = {id(a): a for a in args if isinstance(a, torch.Tensor)}
+    per_set = sum(_bytes(t) for t in tensors.values())
+    sets = max(1, min(MAX_SETS, L2_MULTIPLE * l2_bytes // max(1, per_set) + 1))
+    arg_sets = [args]
+    for _ in range(sets - 1):
+        copies = {key: _copy(t) for key, t in tensors.items()}
+        arg_sets.append(tuple(copies.get(id(a), a) for a in args))
+    return arg_sets
+
+
+def _median_ms(launch: Callable[[tuple], object], arg_sets: Sequence[tuple], stream) -> float:
+    """Device-only ms per launch: one launch per argument set, captured in one CUDA graph."""
+    with torch.cuda.stream(stream):  # compile and warm up outside the capture
+        for args in arg_sets:
+            launch(args)
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for args in arg_sets:
+            launch(args)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.cuda.stream(stream):
+        graph.replay()
+        start.record()
+        graph.replay()
+        end.record()
+    end.synchronize()
+    replays = max(1, min(1000, int(SAMPLE_MS / max(start.elapsed_time(end), 1e-3))))
+    samples = []
+    with torch.cuda.stream(stream):
+        for _ in range(SAMPLES):
+            start.record()
+            for _ in range(replays):
+                graph.replay()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / (replays * len(arg_sets)))
+    del graph
+    return statistics.median(samples)
+
+
+def l2_bytes(device_index: int) -> int:
+    props = torch.cuda.get_device_properties(device_index)
+    return int(getattr(props, "L2_cache_size", 0) or 50 << 20)
+
+
+def fastest(candidates: Sequence, launch: Callable[[object, tuple], object], args: tuple):
+    """The candidate whose launch(candidate, args) takes the least device time; args' tensors
+    are CUDA tensors on the current device. Candidates that cannot compile on this GPU are
+    skipped; if none can, the first one's error is raised."""
+    if len(candidates) == 1:
+        return candidates[0]
+    device_index = next(a for a in args if isinstance(a, torch.Tensor)).get_device()
+    arg_sets = rotating_arguments(args, l2_bytes(device_index))
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    times, first_error = [], None
+    for candidate in candidates:
+        try:
+            times.append(_median_ms(lambda a, c=candidate: launch(c, a), arg_sets, stream))
+        except _UNRUNNABLE as error:
+            first_error = first_error or error
+            times.append(float("inf"))
+    torch.cuda.current_stream().wait_stream(stream)
+    if min(times) == float("inf"):
+        raise first_error
+    return candidates[times.index(min(times))]
