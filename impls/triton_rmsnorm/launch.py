@@ -42,9 +42,13 @@ WIDE_BLOCK_N = 4096
 #: Chunk width of the split kernels (wide rows, fewer of them than SMs): one program per
 #: (row, chunk).
 SPLIT_BLOCK_N = 16384
-#: The dw reduction's tile: 64 partial rows x 64 columns per step, one program per 64 columns.
-DW_REDUCE_BLOCK_ROWS = 64
-DW_REDUCE_BLOCK_N = 64
+#: The dw reduction's tile: every partial row at once (up to DW_REDUCE_MAX_ROWS, padded to a
+#: power of two; there are at most SM-count of them) x DW_REDUCE_BLOCK_N columns, one program per
+#: column block. It reads the partials while they sit in L2, each program in one step rather
+#: than in a loop of dependent 64-row steps: the reduction is a chain of L2 round trips.
+DW_REDUCE_MAX_ROWS = 256
+DW_REDUCE_BLOCK_N = 32
+DW_REDUCE_WARPS = 8
 #: Column indices are int32 inside the kernels, and the last chunk's indices (up to N - 1 plus
 #: one chunk) must stay below 2**31.
 MAX_N = 2**31 - SPLIT_BLOCK_N
@@ -581,10 +585,11 @@ def _backward_launches(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool
     """The backward's kernels for x's width, then the dw partials' reduction into dw."""
     n = x.shape[1]
     dw_partial = _backward_launch(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out)
+    rows = dw_partial.shape[0]
     _launch_fixed(
-        kernels.rmsnorm_dw_reduce_kernel, (cdiv(n, DW_REDUCE_BLOCK_N),), dw_partial, dw,
-        dw_partial.shape[0], n, BLOCK_ROWS=DW_REDUCE_BLOCK_ROWS, BLOCK_N=DW_REDUCE_BLOCK_N,
-        num_warps=4,
+        kernels.rmsnorm_dw_reduce_kernel, (cdiv(n, DW_REDUCE_BLOCK_N),), dw_partial, dw, rows, n,
+        BLOCK_ROWS=min(next_power_of_2(rows), DW_REDUCE_MAX_ROWS), BLOCK_N=DW_REDUCE_BLOCK_N,
+        num_warps=DW_REDUCE_WARPS,
     )  # fmt: skip
 
 
