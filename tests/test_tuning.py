@@ -1,14 +1,18 @@
 """The tuner (impls/triton_rmsnorm/tuning.py): it times configurations on copies that must run the
-same binary as the real launch, leaves the caller's tensors and RNG alone, and picks the faster
-of two candidates that differ only in cost."""
+same binary as the real launch, leaves the caller's tensors and RNG alone, times work in
+proportion to what a launch does, and cannot tune inside a CUDA-graph capture."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from harness.oracle import TOLERANCES, compare, reference
+from impls import get_backend
 from impls.triton_rmsnorm import direct, kernels, launch, rmsnorm, tuning
 from tests.conftest import DEVICE, ON_GPU
+
+OURS = TOLERANCES[get_backend("triton").numerics]
 
 
 def _misaligned(m, n, dtype=torch.bfloat16, offset=1, row_pad=3):
@@ -19,33 +23,39 @@ def _misaligned(m, n, dtype=torch.bfloat16, offset=1, row_pad=3):
 def test_copies_keep_layout_alignment_values_and_aliases():
     x = _misaligned(16, 64)
     w = torch.randn(64, device=DEVICE, dtype=torch.float16)[2:]
-    args = (x, w, x, 16, 1e-6, None)
+    dy = torch.randn(64, device=DEVICE, dtype=torch.bfloat16).expand(16, 64)  # stride 0 rows
+    args = (x, w, x, dy, 16, 1e-6, None)
     sets = tuning.rotating_arguments(args, l2_bytes=64 * 1024)
     assert len(sets) > 2 and sets[0] is args
     for copy in sets[1:]:
-        cx, cw, alias, *rest = copy
+        cx, cw, alias, cdy, *rest = copy
         assert alias is cx, "an argument passed twice must stay one tensor"
         assert rest == [16, 1e-6, None]
-        for got, want in ((cx, x), (cw, w)):
+        for got, want in ((cx, x), (cw, w), (cdy, dy)):
             assert got.data_ptr() != want.data_ptr()
             assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype)
             assert got.data_ptr() % 16 == want.data_ptr() % 16
             assert torch.equal(got, want)
 
 
-def test_set_count_follows_the_l2_and_the_cap():
+def test_set_count_follows_the_touched_bytes_the_l2_and_the_caps():
     x = torch.zeros(1024, device=DEVICE, dtype=torch.float32)  # 4 KiB
     assert len(tuning.rotating_arguments((x,), l2_bytes=4096)) == 4  # 3 x L2 exceeded
     assert len(tuning.rotating_arguments((x,), l2_bytes=1 << 30)) == tuning.MAX_SETS
     assert len(tuning.rotating_arguments((x,), l2_bytes=0)) == 1
+    # 4 KiB touched in rows 64 KiB apart: sets count the touched bytes, copies stop at the cap
+    rows = torch.zeros(16, 4096, device=DEVICE)[:, :64]
+    spanned = (15 * 4096 + 64) * 4
+    sets = tuning.rotating_arguments((rows,), l2_bytes=4 * spanned)
+    assert len(sets) == 1 + tuning.MAX_COPY_L2_MULTIPLE * 4
 
 
 @pytest.mark.parametrize(
     "kernel_name", [name for name in launch._TUNING_KEYS if name in launch._PRUNE]
 )
-def test_candidates_are_launch_keywords_from_the_pruned_space(kernel_name):
-    """What the tuner tries (CPU-checkable: plain Python) is never empty and carries every
-    keyword a launch needs."""
+def test_candidates_carry_the_keywords_a_launch_takes(kernel_name):
+    """What the tuner tries (CPU-checkable: plain Python) is never empty and sets exactly the
+    keywords the untuned launch sets."""
     kernel = getattr(kernels, kernel_name)
     x = torch.empty(4096, 4096)
     values = {"X": x, "M": 4096, "rows_per_program": 32}
@@ -53,34 +63,69 @@ def test_candidates_are_launch_keywords_from_the_pruned_space(kernel_name):
     block_n = launch.SPLIT_BLOCK_N if "_split_" in kernel_name else 4096
     candidates = launch._candidates(kernel_name, args, {"BLOCK_N": block_n})
     assert candidates
+    expected = launch._heuristic_config(kernel_name, block_n).keys()
     for config in candidates:
-        assert {"num_warps", "num_stages"} <= config.keys()
+        assert config.keys() == expected
 
 
 needs_gpu = pytest.mark.skipif(not ON_GPU, reason="the tuner times CUDA graphs: GPU only")
 
 
+def _forward_args(m=2048, n=4096):
+    x = torch.randn(m, n, device=DEVICE, dtype=torch.bfloat16)
+    w = torch.randn(n, device=DEVICE, dtype=torch.bfloat16)
+    y, rstd = torch.empty_like(x), torch.empty(m, device=DEVICE)
+    return launch._single_tile_forward_args(x, w, y, rstd, x, x, (n,) * 4, 1e-6, 0.0)
+
+
+def _run_forward(repeats, launch_args):
+    m = launch_args[0].shape[0]
+    for _ in range(repeats):
+        kernels.rmsnorm_fwd_kernel[(m,)](
+            *launch_args, BLOCK_M=1, BLOCK_N=4096, HAS_RESIDUAL=False, num_warps=8
+        )
+
+
 @needs_gpu
-def test_the_tuner_picks_the_cheaper_of_two_candidates():
-    """Negative control: two candidates, the same kernel once or four times per launch. A timer
-    that does not tell them apart (or times the wrong thing) fails here."""
-    x = torch.randn(2048, 4096, device=DEVICE, dtype=torch.bfloat16)
-    w = torch.randn(4096, device=DEVICE, dtype=torch.bfloat16)
-    y, rstd = torch.empty_like(x), torch.empty(2048, device=DEVICE)
-    args = launch._single_tile_forward_args(x, w, y, rstd, x, x, (4096,) * 4, 1e-6, 0.0)
-
-    def run(repeats, launch_args):
-        for _ in range(repeats):
-            kernels.rmsnorm_fwd_kernel[(2048,)](
-                *launch_args, BLOCK_M=1, BLOCK_N=4096, HAS_RESIDUAL=False, num_warps=8
-            )
-
+def test_the_timer_counts_device_work_and_the_tuner_picks_the_cheaper():
+    """Negative control: the same kernel once or four times per launch must time ~4x apart (a
+    timer of host time, of one set only, or of nothing would not), and the tuner must pick
+    the single launch, whichever order it meets them in."""
+    args = _forward_args()
+    sets = tuning.rotating_arguments(args, tuning.l2_bytes(0))
+    stream = torch.cuda.Stream()
+    once = tuning._median_ms(lambda a: _run_forward(1, a), sets, stream)
+    four = tuning._median_ms(lambda a: _run_forward(4, a), sets, stream)
+    assert 3.0 < four / once < 5.0, (once, four)
     for order in ([4, 1], [1, 4]):
-        assert tuning.fastest(order, run, args) == 1
+        assert tuning.fastest(order, _run_forward, args) == 1
 
 
 @needs_gpu
-def test_tuning_leaves_inputs_and_rng_alone(monkeypatch):
+def test_every_argument_set_is_launched_inside_the_capture():
+    args = _forward_args(512, 4096)
+    sets = tuning.rotating_arguments(args, tuning.l2_bytes(0))
+    captured = []
+
+    def launch_and_note(launch_args):
+        if torch.cuda.is_current_stream_capturing():
+            captured.append(launch_args[0].data_ptr())
+        _run_forward(1, launch_args)
+
+    tuning._median_ms(launch_and_note, sets, torch.cuda.Stream())
+    assert len(sets) > 1 and captured == [s[0].data_ptr() for s in sets]
+
+
+def _check_against_oracle(x, w, dy, y, dx, dw):
+    ref = reference(x.detach(), w.detach(), 1e-6, dy)
+    m, n = x.shape
+    for name, got, want, k in (("y", y, ref.y, n), ("dx", dx, ref.dx, n), ("dw", dw, ref.dw, m)):
+        report = compare(name, got, want, x.dtype, OURS[name], k)
+        assert report.passed, report.summary()
+
+
+@needs_gpu
+def test_tuning_leaves_inputs_and_rng_alone_and_gives_oracle_results(monkeypatch):
     monkeypatch.setattr(launch, "_AUTOTUNE", True)
     monkeypatch.setattr(launch, "_TUNED", {})
     x = _misaligned(300, 1000).requires_grad_(True)
@@ -89,35 +134,59 @@ def test_tuning_leaves_inputs_and_rng_alone(monkeypatch):
     saved = [t.detach().clone() for t in (x, w, dy)]
     rng = torch.cuda.get_rng_state()
     y = rmsnorm(x, w)
-    y.backward(dy)
+    dx, dw = torch.autograd.grad(y, (x, w), dy)
     assert {key[0] for key in launch._TUNED} == {"rmsnorm_fwd_kernel", "rmsnorm_bwd_kernel"}
     assert torch.equal(torch.cuda.get_rng_state(), rng)
     for got, want in zip((x, w, dy), saved, strict=True):
         assert torch.equal(got.detach(), want)
+    _check_against_oracle(x, w, dy, y, dx, dw)
 
 
 @needs_gpu
-def test_an_untuned_key_met_during_capture_is_neither_tuned_nor_replayed(monkeypatch):
-    """Nothing can be timed inside a CUDA-graph capture: the heuristic config runs, and the
-    next call outside the capture tunes and records."""
-    x = torch.randn(256, 2048, device=DEVICE, dtype=torch.bfloat16)
-    w = torch.randn(2048, device=DEVICE, dtype=torch.bfloat16)
-    monkeypatch.setattr(launch, "_AUTOTUNE", False)
-    with torch.no_grad():
-        expected = rmsnorm(x, w)  # compiles the heuristic config outside the capture
+def test_tuning_with_a_stride_0_gradient_pending_work_and_a_side_stream(monkeypatch):
+    """dy from y.sum(0).backward() has stride-0 rows; x is made by a kernel still queued
+    behind a long sleep on the caller's (non-default) stream when the call tunes."""
     monkeypatch.setattr(launch, "_AUTOTUNE", True)
     monkeypatch.setattr(launch, "_TUNED", {})
-    monkeypatch.setattr(launch, "_REPLAYS", {})
-    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    stream = torch.cuda.Stream()
+    source = torch.randn(257, 768, device=DEVICE, dtype=torch.bfloat16)
+    w = torch.randn(768, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    g = torch.randn(768, device=DEVICE, dtype=torch.bfloat16)
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(50_000_000)  # ~25 ms of GPU time before x is written
+        x = (source * 2).requires_grad_(True)
+        y = rmsnorm(x, w)
+        dy = g.expand_as(y)
+        dx, dw = torch.autograd.grad(y, (x, w), dy)
+    torch.cuda.synchronize()
+    assert {key[0] for key in launch._TUNED} == {"rmsnorm_fwd_kernel", "rmsnorm_bwd_kernel"}
+    _check_against_oracle(x, w, dy.contiguous(), y, dx, dw)
+
+
+@needs_gpu
+def test_an_untuned_shape_inside_a_capture_is_a_clear_error(monkeypatch):
+    """From a cold process state (nothing tuned, the heuristic binary never loaded), a capture
+    that meets a new shape raises, and leaves CUDA usable: the next call outside the capture
+    tunes and records, and a later capture replays it."""
+    monkeypatch.setattr(launch, "_AUTOTUNE", True)
+    monkeypatch.setattr(launch, "_TUNED", {})
+    x = torch.randn(256, 3072, device=DEVICE, dtype=torch.bfloat16)
+    w = torch.randn(3072, device=DEVICE, dtype=torch.bfloat16)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    capture = torch.cuda.graph(torch.cuda.CUDAGraph(), stream=stream)
+    with pytest.raises(RuntimeError, match="before capturing"), torch.no_grad(), capture:
+        rmsnorm(x, w)
+    assert not launch._TUNED and not launch._REPLAYS
+    with torch.no_grad():
+        expected = rmsnorm(x, w)
+    assert launch._TUNED and launch._REPLAYS
+    graph = torch.cuda.CUDAGraph()
+    before = direct.replayed_launches
     stream.wait_stream(torch.cuda.current_stream())
     with torch.no_grad(), torch.cuda.graph(graph, stream=stream):
         captured = rmsnorm(x, w)
     graph.replay()
     torch.cuda.synchronize()
-    assert not launch._TUNED and not launch._REPLAYS
-    assert torch.equal(captured, expected)
-    with torch.no_grad():
-        rmsnorm(x, w)
-        before = direct.replayed_launches
-        rmsnorm(x, w)
-    assert launch._TUNED and launch._REPLAYS and direct.replayed_launches == before + 1
+    assert direct.replayed_launches == before + 1 and torch.equal(captured, expected)

@@ -257,8 +257,8 @@ def heuristic_num_warps(tile: int) -> int:
     return max(1, min(32, tile // 256))
 
 
-#: (kernel, dtypes, N, launch switches) -> the autotuner's choice as launch keywords; after the
-#: first call for a key, launches skip the autotuner's per-call dispatch (host time).
+#: (kernel, dtypes, launch switches, N, M's bit length, device) -> the tuner's choice as launch
+#: keywords: each key is tuned once per process (tuning.py).
 _TUNED: dict[tuple, dict] = {}
 
 
@@ -287,15 +287,17 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> dict:
             dtypes,
             *kwargs.values(),
             *(args[i] for i in _KEY_POSITIONS[kernel_name]),
+            args[0].get_device(),  # GPUs of different models tune apart
         )
         config = _TUNED.get(key)
-        if config is None and torch.cuda.is_current_stream_capturing():
-            # Nothing can be timed during a capture: the heuristic config, neither remembered
-            # nor noted for a replay (which would keep it after the capture).
-            config = _heuristic_config(kernel_name, kwargs["BLOCK_N"])
-            direct.launch(kernel, grid, args, {**kwargs, **config}, args[0].get_device())
-            return config
         if config is None:
+            if torch.cuda.is_current_stream_capturing():
+                raise RuntimeError(
+                    f"rmsnorm: {kernel_name} has no tuned launch configuration for N="
+                    f"{kwargs['BLOCK_N']} (padded) and these dtypes yet, and configurations "
+                    "cannot be timed (nor compiled and loaded) inside a CUDA-graph capture; "
+                    "call rmsnorm once with the same shapes and dtypes before capturing"
+                )
             config = _TUNED[key] = _tuned_config(kernel_name, grid, args, kwargs)
     else:
         config = _heuristic_config(kernel_name, kwargs["BLOCK_N"])
@@ -485,7 +487,8 @@ def _fastest(paths: list, args: tuple):
 
 def _measured_path(key: tuple, paths: list, args: tuple, device: torch.device):
     """The fastest of paths for this key, measured at its first call (then remembered). While
-    a CUDA graph is being captured nothing can be timed: the default path runs, unremembered."""
+    a CUDA graph is being captured nothing can be timed: the default path runs, unremembered
+    (its kernels must have been tuned before the capture, else _launch says so)."""
     key = (*key, device.index, tuple(paths))
     path = _MEASURED_PATH.get(key)
     if path is None:
@@ -704,10 +707,9 @@ def _is_current(device_index: int) -> bool:
 
 def _record(key: tuple, call, args: tuple, launches: int, extra=None) -> None:
     """call(*args), remembering its launches under key when it made the expected number of them
-    and each can be replayed (went direct, or runs under the interpreter). A call during a
-    CUDA-graph capture that met an untuned key is not remembered (its launch is not noted); nor
-    is a key already known (x on another device than the current one runs here every call), nor
-    one past REPLAY_CAP."""
+    and each can be replayed (went direct, or runs under the interpreter). A key already known
+    is not recorded again (x on another device than the current one runs here every call), nor
+    is one past REPLAY_CAP."""
     if key in _REPLAYS or len(_REPLAYS) >= REPLAY_CAP:
         call(*args)
         return

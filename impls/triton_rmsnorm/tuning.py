@@ -1,6 +1,8 @@
 """Autotuning by the harness's device-only method: each candidate configuration is timed as
 CUDA-graph replays of its launch over rotating copies of the launch's tensors, and the fastest
-median wins. So the tuner ranks configurations the way results/ ranks backends.
+median wins. So the tuner ranks configurations the way results/ ranks backends (the same method
+as harness.timing.time_device, written again here because the product does not import the
+harness).
 
 Why not triton.autotune: it times each config with do_bench, one isolated call after a 256 MB
 memset that leaves the L2 full of dirty lines. On the H200 its pick and the device-only fastest
@@ -10,8 +12,10 @@ docs/perf-log.md, "v7".
 
 The copies keep each tensor's size, strides and 16-byte alignment (Triton specializes on it), so
 every copy runs the binary the real launch will run. Nothing is drawn from the RNG (copies are
-made with copy_), and the caller's tensors are only read: the kernels tuned here write nothing
-they read, and their outputs are written again by the real launch.
+made with copy_). The first argument set is the caller's own: its inputs are only read (no
+kernel tuned here writes what it reads), its outputs are written on a side stream that the
+caller's stream then waits for, and the real launch writes them again. The copies take at most
+MAX_COPY_BYTES, freed when the tuning ends.
 
 Only for CUDA tensors, outside CUDA-graph capture (the caller checks both).
 """
@@ -25,9 +29,13 @@ import torch
 from triton.compiler.errors import CompileTimeAssertionFailure
 from triton.runtime.errors import OutOfResources, PTXASError
 
-#: As the harness's device-only timer: the rotating sets together exceed 3x the L2 (cap 64).
+#: As the harness's device-only timer: the rotating sets together touch more than 3x the L2
+#: (at most 64 sets) ...
 L2_MULTIPLE = 3
 MAX_SETS = 64
+#: ... unless their copies would take more than this many times the L2 (rows far apart in a
+#: wider buffer make a copy much larger than the bytes a launch touches).
+MAX_COPY_L2_MULTIPLE = 8
 #: Per config: replays per sample to last ~SAMPLE_MS, median of SAMPLES samples.
 SAMPLES = 5
 SAMPLE_MS = 0.5
@@ -44,49 +52,58 @@ def _extent(t: torch.Tensor) -> int:
 
 
 def _copy(t: torch.Tensor) -> torch.Tensor:
-    """A tensor with t's values, size and strides at t's 16-byte alignment, in new memory."""
+    """A tensor with t's values, size and strides at t's 16-byte alignment, in new memory. The
+    memory span is copied whole (gaps included), so strides that repeat elements (an expanded
+    tensor, stride 0) are copied as they are."""
     shift = (t.data_ptr() % 16) // t.element_size()
-    base = torch.empty(_extent(t) + shift, dtype=t.dtype, device=t.device)
-    return base.as_strided(t.shape, t.stride(), shift).copy_(t)
+    extent = _extent(t)
+    base = torch.empty(extent + shift, dtype=t.dtype, device=t.device)
+    base[shift:].copy_(t.as_strided((extent,), (1,)))
+    return base.as_strided(t.shape, t.stride(), shift)
 
 
-def _bytes(t: torch.Tensor) -> int:
-    return _extent(t) * t.element_size()
-
-
+@torch.no_grad()
 def rotating_arguments(args: tuple, l2_bytes: int) -> list[tuple]:
     """args, then copies of args (each tensor copied once, aliases kept as aliases) until the
-    sets together exceed L2_MULTIPLE x the L2, at most MAX_SETS sets."""
+    sets together touch more than L2_MULTIPLE x the L2: at most MAX_SETS sets, and copies of at
+    most MAX_COPY_L2_MULTIPLE x the L2 in all."""
     tensors = {id(a): a for a in args if isinstance(a, torch.Tensor)}
-    per_set = sum(_bytes(t) for t in tensors.values())
-    sets = max(1, min(MAX_SETS, L2_MULTIPLE * l2_bytes // max(1, per_set) + 1))
+    touched = sum(t.numel() * t.element_size() for t in tensors.values())
+    spanned = sum(_extent(t) * t.element_size() for t in tensors.values())
+    sets = L2_MULTIPLE * l2_bytes // max(1, touched) + 1
+    sets = min(sets, MAX_SETS, 1 + MAX_COPY_L2_MULTIPLE * l2_bytes // max(1, spanned))
     arg_sets = [args]
-    for _ in range(sets - 1):
+    for _ in range(max(1, sets) - 1):
         copies = {key: _copy(t) for key, t in tensors.items()}
         arg_sets.append(tuple(copies.get(id(a), a) for a in args))
     return arg_sets
 
 
 def _median_ms(launch: Callable[[tuple], object], arg_sets: Sequence[tuple], stream) -> float:
-    """Device-only ms per launch: one launch per argument set, captured in one CUDA graph."""
+    """Device-only ms per launch: one launch per argument set, captured in one CUDA graph.
+
+    The capture is begun directly (torch.cuda.graph would synchronize the device and empty the
+    caching allocator for every candidate), in thread-local mode: another thread's CUDA calls
+    during the capture are not the capture's business."""
     with torch.cuda.stream(stream):  # compile and warm up outside the capture
         for args in arg_sets:
             launch(args)
-    stream.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for args in arg_sets:
-            launch(args)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    with torch.cuda.stream(stream):
+        stream.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        graph.capture_begin(capture_error_mode="thread_local")
+        try:
+            for args in arg_sets:
+                launch(args)
+        finally:
+            graph.capture_end()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         graph.replay()
         start.record()
         graph.replay()
         end.record()
-    end.synchronize()
-    replays = max(1, min(1000, int(SAMPLE_MS / max(start.elapsed_time(end), 1e-3))))
-    samples = []
-    with torch.cuda.stream(stream):
+        end.synchronize()
+        replays = max(1, min(1000, int(SAMPLE_MS / max(start.elapsed_time(end), 1e-3))))
+        samples = []
         for _ in range(SAMPLES):
             start.record()
             for _ in range(replays):
@@ -112,15 +129,17 @@ def fastest(candidates: Sequence, launch: Callable[[object, tuple], object], arg
     device_index = next(a for a in args if isinstance(a, torch.Tensor)).get_device()
     arg_sets = rotating_arguments(args, l2_bytes(device_index))
     stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
+    stream.wait_stream(torch.cuda.current_stream())  # the caller's inputs and the copies
     times, first_error = [], None
-    for candidate in candidates:
-        try:
-            times.append(_median_ms(lambda a, c=candidate: launch(c, a), arg_sets, stream))
-        except _UNRUNNABLE as error:
-            first_error = first_error or error
-            times.append(float("inf"))
-    torch.cuda.current_stream().wait_stream(stream)
+    try:
+        for candidate in candidates:
+            try:
+                times.append(_median_ms(lambda a, c=candidate: launch(c, a), arg_sets, stream))
+            except _UNRUNNABLE as error:
+                first_error = first_error or error
+                times.append(float("inf"))
+    finally:
+        torch.cuda.current_stream().wait_stream(stream)
     if min(times) == float("inf"):
         raise first_error
     return candidates[times.index(min(times))]
