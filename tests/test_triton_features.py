@@ -155,3 +155,25 @@ def test_backward_allocates_only_dx_and_the_dw_partials(shape):
     allowed = dx.numel() * dx.element_size() + sms * n * 4 + 4 * (m + n) * 4
     allowed += 4 * (2 << 20)
     assert extra <= allowed, f"backward peak {extra} bytes > {allowed}"
+
+
+@pytest.mark.parametrize("stages", [2, 4])
+@pytest.mark.parametrize("shape", [(1000, 128), (523, 512), (77, 1000)])
+def test_pipelined_backward_loop_matches_the_oracle(monkeypatch, stages, shape):
+    """The backward's row loop software-pipelined (LOOP_STAGES > 1: the tuner may pick it; the
+    untuned launch runs 1), with remainder rows in the last step of a program's chunk."""
+    from impls.triton_rmsnorm import launch
+
+    heuristic = launch._heuristic_config
+
+    def pipelined(kernel_name, block_n):
+        config = heuristic(kernel_name, block_n)
+        if "LOOP_STAGES" in config:
+            config.update(LOOP_STAGES=stages, num_stages=stages)
+        return config
+
+    monkeypatch.setattr(launch, "_AUTOTUNE", False)
+    monkeypatch.setattr(launch, "_heuristic_config", pipelined)
+    inputs = make_inputs(shape, torch.bfloat16, DEVICE)
+    _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
+    assert launch.take_launch_configs()["rmsnorm_bwd_kernel"]["LOOP_STAGES"] == stages

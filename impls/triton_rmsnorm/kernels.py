@@ -89,9 +89,15 @@ def rmsnorm_bwd_kernel(
     BLOCK_M: tl.constexpr,  # rows per step: more bytes in flight for narrow rows
     BLOCK_N: tl.constexpr,
     HAS_DH_OUT: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,  # row steps whose loads are in flight at once (1: none ahead)
 ):
     """Each program walks a contiguous chunk of rows, BLOCK_M rows per step, and owns one fp32
     dw accumulator.
+
+    With LOOP_STAGES > 1 the loads of the next LOOP_STAGES - 1 steps are issued (cp.async into
+    shared memory) while a step computes: with one program per SM, the loop itself is what keeps
+    bytes in flight. Triton pipelines a loop without dot products only when the loop asks for it
+    (tl.range's num_stages); the launch's num_stages alone leaves it unpipelined.
 
     With x_hat = x * rstd and g = (offset + w) * dy:
         dx = rstd * (g - x_hat * mean(g * x_hat))
@@ -109,7 +115,7 @@ def rmsnorm_bwd_kernel(
     # int64 row indices: row * stride may pass 2**31 for large M * N.
     row_start = pid.to(tl.int64) * rows_per_program
     row_end = tl.minimum(row_start + rows_per_program, M)
-    for block_start in range(row_start, row_end, BLOCK_M):
+    for block_start in tl.range(row_start, row_end, BLOCK_M, num_stages=LOOP_STAGES):
         rows = block_start + tl.arange(0, BLOCK_M)
         row_mask = rows < row_end
         mask = row_mask[:, None] & col_mask[None, :]

@@ -113,6 +113,16 @@ PROGRAMS_PER_SM_CHOICES = (1, 2, 4, 8)
 HEURISTIC_PROGRAMS_PER_SM = 8
 
 
+#: Kernels whose row loop is software-pipelined through a LOOP_STAGES constexpr (tl.range's
+#: num_stages: Triton leaves a loop without dot products unpipelined whatever the launch's
+#: num_stages). LOOP_STAGES follows the config's num_stages; without tuning it is 1.
+_PIPELINED_LOOPS = {"rmsnorm_bwd_kernel"}
+
+
+def _loop_stages(kernel_name: str, stages: int) -> dict:
+    return {"LOOP_STAGES": stages} if kernel_name in _PIPELINED_LOOPS else {}
+
+
 def _configs(kernel_name: str) -> list[triton.Config]:
     stages = (1,) if kernel_name in _LOOP_FREE else NUM_STAGES_CHOICES
     if kernel_name in TILE_TARGET:
@@ -122,7 +132,7 @@ def _configs(kernel_name: str) -> list[triton.Config]:
     else:
         metas = [{}]
     return [
-        triton.Config(meta, num_warps=warps, num_stages=st)
+        triton.Config({**meta, **_loop_stages(kernel_name, st)}, num_warps=warps, num_stages=st)
         for meta in metas
         for warps in NUM_WARPS_CHOICES
         for st in stages
@@ -327,14 +337,19 @@ def take_launch_configs() -> dict[str, dict]:
 
 def _heuristic_config(kernel_name: str, block_n: int) -> dict:
     """The launch configuration without autotuning: BLOCK_M by rows_per_tile, ~256 elements per
-    warp."""
+    warp, no software pipelining of a row loop (LOOP_STAGES 1)."""
     config = {}
     if kernel_name in TILE_TARGET:
         config["BLOCK_M"] = rows_per_tile(kernel_name, block_n)
     if kernel_name == "rmsnorm_fwd_looped_kernel":
         config["PROGRAMS_PER_SM"] = HEURISTIC_PROGRAMS_PER_SM
     tile = config.get("BLOCK_M", 1) * block_n
-    return {**config, "num_warps": heuristic_num_warps(tile), "num_stages": TRITON_DEFAULT_STAGES}
+    return {
+        **config,
+        **_loop_stages(kernel_name, 1),
+        "num_warps": heuristic_num_warps(tile),
+        "num_stages": TRITON_DEFAULT_STAGES,
+    }
 
 
 def _launch_fixed(kernel, grid, *args, num_warps: int, **constexprs) -> None:

@@ -5,6 +5,8 @@ keeps the dw partials within SMs x N fp32, against 2 and 4), each timed by
 harness.timing.time_device (CUDA-graph replay over rotating inputs > 3x the L2). The dw
 reduction is left out of the fixed configs (the same kernel for all; the product's row includes
 it). Tells whether a config the tuner does not try, or more programs than SMs, closes the gap.
+Since v8 num_stages also sets LOOP_STAGES, the row loop's software pipelining (the run at
+b75a6a9fd452 predates it: its num_stages did not change the code).
 
 Run from the repository root on a GPU (perf log, "Lead: the narrow backward"):
     PYTHONPATH=. python results/nvidia-h200/probes/backward_config_sweep.py out.json
@@ -48,8 +50,8 @@ def fixed_config(block_m: int, num_warps: int, num_stages: int, programs: int):
             kernels.rmsnorm_bwd_kernel[(grid,)](
                 x, w, dy, rstd, dx, partial, dy, x.stride(0), dy.stride(0), dx.stride(0),
                 dy.stride(0), m, n, rows_per_program, 0.0, m.bit_length(), BLOCK_M=block_m,
-                BLOCK_N=launch.block_size(n), HAS_DH_OUT=False, num_warps=num_warps,
-                num_stages=num_stages,
+                BLOCK_N=launch.block_size(n), HAS_DH_OUT=False, LOOP_STAGES=num_stages,
+                num_warps=num_warps, num_stages=num_stages,
             )  # fmt: skip
             return dx
 
@@ -80,7 +82,7 @@ def main(out: str) -> None:
                 for warps in (4, 8, 16, 32):
                     if not 8 <= block_m * launch.block_size(n) / (32 * warps) <= 64:
                         continue
-                    for stages in (1, 2):
+                    for stages in (1, 2, 4):
                         cfg = fixed_config(block_m, warps, stages, per_sm * sms)
                         t = device_us(cfg, m, n, dtype, stream)
                         rows.append({"m": m, "n": n, "us": t, "config": {
