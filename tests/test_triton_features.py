@@ -158,10 +158,12 @@ def test_backward_allocates_only_dx_and_the_dw_partials(shape):
 
 
 @pytest.mark.parametrize("stages", [2, 4])
-@pytest.mark.parametrize("shape", [(1000, 128), (523, 512), (77, 1000)])
-def test_pipelined_backward_loop_matches_the_oracle(monkeypatch, stages, shape):
-    """The backward's row loop software-pipelined (LOOP_STAGES > 1: the tuner may pick it; the
-    untuned launch runs 1), with remainder rows in the last step of a program's chunk."""
+@pytest.mark.parametrize("shape", [(1000, 128), (523, 512), (77, 1000), (5, 20000), (6, 70000)])
+def test_pipelined_loops_match_the_oracle(monkeypatch, stages, shape):
+    """Every pipelined loop at LOOP_STAGES > 1 (the tuner may pick it; the untuned launch runs
+    1): the single-tile backward's row loop with remainder rows in a program's last step, the
+    wide backward's (N = 20000) row-dot and column loops, and the looped forward's two chunk
+    loops (N = 70000), each with a partial last chunk."""
     from impls.triton_rmsnorm import launch
 
     heuristic = launch._heuristic_config
@@ -176,4 +178,5 @@ def test_pipelined_backward_loop_matches_the_oracle(monkeypatch, stages, shape):
     monkeypatch.setattr(launch, "_heuristic_config", pipelined)
     inputs = make_inputs(shape, torch.bfloat16, DEVICE)
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
-    assert launch.take_launch_configs()["rmsnorm_bwd_kernel"]["LOOP_STAGES"] == stages
+    pipelined = [c for c in launch.take_launch_configs().values() if "LOOP_STAGES" in c]
+    assert pipelined and all(c["LOOP_STAGES"] == stages for c in pipelined)

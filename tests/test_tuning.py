@@ -61,7 +61,8 @@ def test_candidates_carry_the_keywords_a_launch_takes(kernel_name):
     values = {"X": x, "M": 4096, "rows_per_program": 32}
     args = tuple(values.get(name, 0) for name in kernel.arg_names)
     block_n = launch.SPLIT_BLOCK_N if "_split_" in kernel_name else 4096
-    candidates = launch._candidates(kernel_name, args, {"BLOCK_N": block_n})
+    switches = {k: False for k in ("HAS_RESIDUAL", "HAS_DH_OUT") if k in kernel.arg_names}
+    candidates = launch._candidates(kernel_name, args, {"BLOCK_N": block_n, **switches})
     assert candidates
     expected = launch._heuristic_config(kernel_name, block_n).keys()
     for config in candidates:
@@ -190,3 +191,15 @@ def test_an_untuned_shape_inside_a_capture_is_a_clear_error(monkeypatch):
     graph.replay()
     torch.cuda.synchronize()
     assert direct.replayed_launches == before + 1 and torch.equal(captured, expected)
+
+
+def test_the_residual_looped_forward_is_tuned_unpipelined_only():
+    """Its second pass reads h written by the first (perf log v8): LOOP_STAGES stays 1 there,
+    while the plain looped forward tries 1, 2 and 4."""
+    kernel = kernels.rmsnorm_fwd_looped_kernel
+    values = {"X": torch.empty(0), "M": 4096}
+    args = tuple(values.get(name, 0) for name in kernel.arg_names)
+    for residual, expected in ((True, {1}), (False, set(launch.NUM_STAGES_CHOICES))):
+        constexprs = {"BLOCK_N": launch.WIDE_BLOCK_N, "HAS_RESIDUAL": residual}
+        candidates = launch._candidates("rmsnorm_fwd_looped_kernel", args, constexprs)
+        assert {c["LOOP_STAGES"] for c in candidates} == expected

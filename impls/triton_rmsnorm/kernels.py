@@ -155,6 +155,7 @@ def rmsnorm_fwd_looped_kernel(
     ROWS_BUCKET,  # bit length of M: part of the autotuning key only, unused here
     BLOCK_N: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     PROGRAMS_PER_SM: tl.constexpr,  # sets the grid (launch.py): rows in flight at once
+    LOOP_STAGES: tl.constexpr,  # chunks whose loads are in flight at once (see the backward's)
 ):  # fmt: skip
     """Persistent: each program walks rows pid, pid + programs, ...; each row in BLOCK_N chunks,
     twice: sum of squares, then y.
@@ -168,7 +169,7 @@ def rmsnorm_fwd_looped_kernel(
     for row in range(tl.program_id(0).to(tl.int64), M, tl.num_programs(0)):  # int64 row offsets
         x_row = X + row * stride_x_row
         acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-        for start in range(0, N, BLOCK_N):
+        for start in tl.range(0, N, BLOCK_N, num_stages=LOOP_STAGES):
             cols = start + tl.arange(0, BLOCK_N)
             x = tl.load(x_row + cols, mask=cols < N, other=0.0)
             if HAS_RESIDUAL:
@@ -181,7 +182,7 @@ def rmsnorm_fwd_looped_kernel(
         if HAS_RESIDUAL:
             x_row = H + row * stride_h_row
             tl.debug_barrier()  # h written above by other threads of this program
-        for i in range(0, chunks):
+        for i in tl.range(0, chunks, num_stages=LOOP_STAGES):
             cols = (chunks - 1 - i) * BLOCK_N + tl.arange(0, BLOCK_N)
             mask = cols < N
             x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
@@ -196,11 +197,12 @@ def rmsnorm_bwd_row_dot_kernel(
     X, W, DY, RSTD, MEAN_GX,
     stride_x_row, stride_dy_row, N, offset,
     BLOCK_N: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,  # chunks whose loads are in flight at once
 ):  # fmt: skip
     """Wide-row backward, step 1: one program per row, mean(g * x_hat) with g = (offset + w) * dy."""
     row = tl.program_id(0).to(tl.int64)
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(0, N, BLOCK_N):
+    for start in tl.range(0, N, BLOCK_N, num_stages=LOOP_STAGES):
         cols = start + tl.arange(0, BLOCK_N)
         mask = cols < N
         x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)
@@ -216,6 +218,7 @@ def rmsnorm_bwd_columns_kernel(
     X, W, DY, RSTD, MEAN_GX, DX, DW_PARTIAL, DH_OUT,
     stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, M, N, rows_per_program, offset,
     BLOCK_N: tl.constexpr, HAS_DH_OUT: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,  # rows whose loads are in flight at once
 ):  # fmt: skip
     """Wide-row backward, step 2: program (column block, row group) writes dx for its block of
     its rows and owns the fp32 dw accumulator of that block: no atomics, as in the narrow path."""
@@ -227,7 +230,7 @@ def rmsnorm_bwd_columns_kernel(
     dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
     row_start = row_group.to(tl.int64) * rows_per_program
     row_end = tl.minimum(row_start + rows_per_program, M)
-    for row in range(row_start, row_end):
+    for row in tl.range(row_start, row_end, num_stages=LOOP_STAGES):
         x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(DY + row * stride_dy_row + cols, mask=mask, other=0.0).to(tl.float32)
         rstd = tl.load(RSTD + row)

@@ -113,10 +113,15 @@ PROGRAMS_PER_SM_CHOICES = (1, 2, 4, 8)
 HEURISTIC_PROGRAMS_PER_SM = 8
 
 
-#: Kernels whose row loop is software-pipelined through a LOOP_STAGES constexpr (tl.range's
+#: Kernels whose loops are software-pipelined through a LOOP_STAGES constexpr (tl.range's
 #: num_stages: Triton leaves a loop without dot products unpipelined whatever the launch's
 #: num_stages). LOOP_STAGES follows the config's num_stages; without tuning it is 1.
-_PIPELINED_LOOPS = {"rmsnorm_bwd_kernel"}
+_PIPELINED_LOOPS = {
+    "rmsnorm_bwd_kernel",
+    "rmsnorm_fwd_looped_kernel",
+    "rmsnorm_bwd_row_dot_kernel",
+    "rmsnorm_bwd_columns_kernel",
+}
 
 
 def _loop_stages(kernel_name: str, stages: int) -> dict:
@@ -184,7 +189,10 @@ def _prune_tiles(kernel_name: str):
 
 def _prune_looped_forward(configs, named_args, **kwargs):
     """The persistent looped forward: 8 to 32 elements per thread per chunk, and of the
-    PROGRAMS_PER_SM choices that already give every row its own program, only the smallest."""
+    PROGRAMS_PER_SM choices that already give every row its own program, only the smallest.
+    With a residual, no pipelined loops: the second pass reads h that the program's threads
+    wrote in the first, ordered by a barrier for plain loads; asynchronous copies of it are
+    left untried until measured correct on a GPU."""
     m, device = named_args["M"], named_args["X"].device
     enough = next(
         (p for p in PROGRAMS_PER_SM_CHOICES if p * _programs_cap(device) >= m),
@@ -195,6 +203,7 @@ def _prune_looped_forward(configs, named_args, **kwargs):
         for c in configs
         if c.kwargs["PROGRAMS_PER_SM"] <= enough
         and _threads_fit(kwargs["BLOCK_N"], c.num_warps, 8, 32)
+        and not (kwargs["HAS_RESIDUAL"] and c.kwargs["LOOP_STAGES"] > 1)
     ]
 
 
