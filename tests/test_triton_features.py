@@ -157,13 +157,20 @@ def test_backward_allocates_only_dx_and_the_dw_partials(shape):
     assert extra <= allowed, f"backward peak {extra} bytes > {allowed}"
 
 
-@pytest.mark.parametrize("stages", [2, 4])
-@pytest.mark.parametrize("shape", [(1000, 128), (523, 512), (77, 1000), (5, 20000), (6, 70000)])
-def test_pipelined_loops_match_the_oracle(monkeypatch, stages, shape):
-    """Every pipelined loop at LOOP_STAGES > 1 (the tuner may pick it; the untuned launch runs
-    1): the single-tile backward's row loop with remainder rows in a program's last step, the
-    wide backward's (N = 20000) row-dot and column loops, and the looped forward's two chunk
-    loops (N = 70000), each with a partial last chunk."""
+#: shape -> the tuned kernels it launches when every launch takes 4 programs at most (so that the
+#: loops iterate on a GPU as they do under the interpreter).
+_PIPELINED_CASES = {
+    (1000, 128): {"rmsnorm_fwd_kernel", "rmsnorm_bwd_kernel"},  # 8 row steps, the last partial
+    (523, 512): {"rmsnorm_fwd_kernel", "rmsnorm_bwd_kernel"},
+    (5, 20000): {"rmsnorm_fwd_kernel", "rmsnorm_bwd_row_dot_kernel", "rmsnorm_bwd_columns_kernel"},
+    (6, 70000): {"rmsnorm_fwd_looped_kernel", "rmsnorm_bwd_row_dot_kernel",
+                 "rmsnorm_bwd_columns_kernel"},  # 18 chunks, the last partial
+}  # fmt: skip
+
+
+def _pipelined_launches(monkeypatch, stages):
+    """Untuned launches at LOOP_STAGES = stages, at most 4 programs per launch (as under the
+    interpreter): the loops a tuner may pipeline, each walking several steps."""
     from impls.triton_rmsnorm import launch
 
     heuristic = launch._heuristic_config
@@ -176,7 +183,32 @@ def test_pipelined_loops_match_the_oracle(monkeypatch, stages, shape):
 
     monkeypatch.setattr(launch, "_AUTOTUNE", False)
     monkeypatch.setattr(launch, "_heuristic_config", pipelined)
-    inputs = make_inputs(shape, torch.bfloat16, DEVICE)
+    monkeypatch.setattr(launch, "_programs_cap", lambda device: 4)
+    monkeypatch.setattr(launch, "HEURISTIC_PROGRAMS_PER_SM", 1)
+    return launch
+
+
+@pytest.mark.parametrize("stages", [3, 4])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=lambda d: DTYPE_NAMES[d])
+@pytest.mark.parametrize("shape", list(_PIPELINED_CASES), ids=lambda s: "x".join(map(str, s)))
+def test_pipelined_loops_match_the_oracle(monkeypatch, stages, dtype, shape):
+    """Every software-pipelined loop at LOOP_STAGES > 1 (the tuner may pick them; an untuned
+    launch runs 1) against the oracle: the single-tile backward's row loop, the wide backward's
+    row-dot and column loops, the looped forward's two chunk loops, each with a partial last
+    step or chunk."""
+    launch = _pipelined_launches(monkeypatch, stages)
+    inputs = make_inputs(shape, dtype, DEVICE)
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
-    pipelined = [c for c in launch.take_launch_configs().values() if "LOOP_STAGES" in c]
-    assert pipelined and all(c["LOOP_STAGES"] == stages for c in pipelined)
+    launched = launch.take_launch_configs()
+    assert set(launched) == _PIPELINED_CASES[shape]
+    assert all(c["LOOP_STAGES"] == stages for c in launched.values() if "LOOP_STAGES" in c)
+
+
+@pytest.mark.parametrize("stages", [3, 4])
+def test_pipelined_wide_backward_with_a_residual_gradient(monkeypatch, stages):
+    """The wide backward's column loop reading the gradient on h (HAS_DH_OUT) pipelined."""
+    from tests.test_residual import _check
+
+    launch = _pipelined_launches(monkeypatch, stages)
+    _check((5, 20000), torch.bfloat16)
+    assert launch.take_launch_configs()["rmsnorm_bwd_columns_kernel"]["LOOP_STAGES"] == stages

@@ -89,14 +89,15 @@ def rmsnorm_bwd_kernel(
     BLOCK_M: tl.constexpr,  # rows per step: more bytes in flight for narrow rows
     BLOCK_N: tl.constexpr,
     HAS_DH_OUT: tl.constexpr,
-    LOOP_STAGES: tl.constexpr,  # row steps whose loads are in flight at once (1: none ahead)
+    LOOP_STAGES: tl.constexpr,  # software pipelining of the row loop (1: none; see below)
 ):
     """Each program walks a contiguous chunk of rows, BLOCK_M rows per step, and owns one fp32
     dw accumulator.
 
-    With LOOP_STAGES > 1 the loads of the next LOOP_STAGES - 1 steps are issued (cp.async into
+    With LOOP_STAGES = S >= 3 the loads of the next S - 2 steps are in flight (cp.async into
     shared memory) while a step computes: with one program per SM, the loop itself is what keeps
-    bytes in flight. Triton pipelines a loop without dot products only when the loop asks for it
+    bytes in flight (at S = 2 Triton issues the next step's loads only after this step's
+    stores). Triton pipelines a loop without dot products only when the loop asks for it
     (tl.range's num_stages); the launch's num_stages alone leaves it unpipelined.
 
     With x_hat = x * rstd and g = (offset + w) * dy:
@@ -155,7 +156,7 @@ def rmsnorm_fwd_looped_kernel(
     ROWS_BUCKET,  # bit length of M: part of the autotuning key only, unused here
     BLOCK_N: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     PROGRAMS_PER_SM: tl.constexpr,  # sets the grid (launch.py): rows in flight at once
-    LOOP_STAGES: tl.constexpr,  # chunks whose loads are in flight at once (see the backward's)
+    LOOP_STAGES: tl.constexpr,  # software pipelining of the chunk loops (see the backward's)
 ):  # fmt: skip
     """Persistent: each program walks rows pid, pid + programs, ...; each row in BLOCK_N chunks,
     twice: sum of squares, then y.
@@ -197,7 +198,7 @@ def rmsnorm_bwd_row_dot_kernel(
     X, W, DY, RSTD, MEAN_GX,
     stride_x_row, stride_dy_row, N, offset,
     BLOCK_N: tl.constexpr,
-    LOOP_STAGES: tl.constexpr,  # chunks whose loads are in flight at once
+    LOOP_STAGES: tl.constexpr,  # software pipelining of the chunk loop (see rmsnorm_bwd_kernel)
 ):  # fmt: skip
     """Wide-row backward, step 1: one program per row, mean(g * x_hat) with g = (offset + w) * dy."""
     row = tl.program_id(0).to(tl.int64)
@@ -218,7 +219,7 @@ def rmsnorm_bwd_columns_kernel(
     X, W, DY, RSTD, MEAN_GX, DX, DW_PARTIAL, DH_OUT,
     stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, M, N, rows_per_program, offset,
     BLOCK_N: tl.constexpr, HAS_DH_OUT: tl.constexpr,
-    LOOP_STAGES: tl.constexpr,  # rows whose loads are in flight at once
+    LOOP_STAGES: tl.constexpr,  # software pipelining of the row loop (see rmsnorm_bwd_kernel)
 ):  # fmt: skip
     """Wide-row backward, step 2: program (column block, row group) writes dx for its block of
     its rows and owns the fp32 dw accumulator of that block: no atomics, as in the narrow path."""

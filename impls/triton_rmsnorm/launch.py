@@ -54,7 +54,11 @@ DW_REDUCE_WARPS = 8
 MAX_N = 2**31 - SPLIT_BLOCK_N
 
 NUM_WARPS_CHOICES = (1, 2, 4, 8, 16, 32)
-NUM_STAGES_CHOICES = (1, 2, 4)
+#: Stages of the kernels with loops (each sets LOOP_STAGES, see _PIPELINED_LOOPS). Triton's
+#: pipeliner keeps S - 2 later steps' loads in flight while a step computes: at 2 stages it
+#: issues the next step's loads after the current step's stores, no overlap (compiled on Triton
+#: 3.6 and 3.9), so 2 is not tried.
+NUM_STAGES_CHOICES = (1, 3, 4)
 ROWS_PER_TILE_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 #: Rows per program (BLOCK_M) of the single-tile kernels: the tile holds about this many elements

@@ -5,8 +5,9 @@ keeps the dw partials within SMs x N fp32, against 2 and 4), each timed by
 harness.timing.time_device (CUDA-graph replay over rotating inputs > 3x the L2). The dw
 reduction is left out of the fixed configs (the same kernel for all; the product's row includes
 it). Tells whether a config the tuner does not try, or more programs than SMs, closes the gap.
-Since v8 num_stages also sets LOOP_STAGES, the row loop's software pipelining (the run at
-b75a6a9fd452 predates it: its num_stages did not change the code).
+Since v8 num_stages also sets LOOP_STAGES, the row loop's software pipelining, over the
+product's stage choices (1, 3, 4); configs over the shared memory are recorded as skipped. The
+run at b75a6a9fd452 predates v8: its num_stages (1, 2) did not change the code.
 
 Run from the repository root on a GPU (perf log, "Lead: the narrow backward"):
     PYTHONPATH=. python results/nvidia-h200/probes/backward_config_sweep.py out.json
@@ -17,6 +18,7 @@ import sys
 import time
 
 import torch
+from triton.runtime.errors import OutOfResources
 
 from harness import timing
 from impls.triton_rmsnorm import kernels, launch
@@ -82,12 +84,16 @@ def main(out: str) -> None:
                 for warps in (4, 8, 16, 32):
                     if not 8 <= block_m * launch.block_size(n) / (32 * warps) <= 64:
                         continue
-                    for stages in (1, 2, 4):
+                    for stages in launch.NUM_STAGES_CHOICES:
                         cfg = fixed_config(block_m, warps, stages, per_sm * sms)
-                        t = device_us(cfg, m, n, dtype, stream)
-                        rows.append({"m": m, "n": n, "us": t, "config": {
-                            "BLOCK_M": block_m, "num_warps": warps, "num_stages": stages,
-                            "programs_per_sm": per_sm}})  # fmt: skip
+                        config = {"BLOCK_M": block_m, "num_warps": warps, "num_stages": stages,
+                                  "programs_per_sm": per_sm}  # fmt: skip
+                        try:
+                            t = device_us(cfg, m, n, dtype, stream)
+                        except OutOfResources as error:  # stages x tile over the shared memory
+                            rows.append({"m": m, "n": n, "config": config, "skipped": str(error)})
+                            continue
+                        rows.append({"m": m, "n": n, "us": t, "config": config})
                         best = min(best or (t, block_m, warps, stages), (t, block_m, warps, stages))
             print(f"{m:6d}x{n:5d} {per_sm} program(s)/SM best BLOCK_M={best[1]} warps={best[2]} "
                   f"stages={best[3]} {kb / best[0]:5.0f} GB/s ({time.time() - start:.0f} s)",

@@ -1,5 +1,5 @@
 """Probe (perf log, v8): the product with its loops software-pipelined (the tuner's LOOP_STAGES
-1, 2 or 4) against the same product with LOOP_STAGES held at 1 (v7's code), A/B in one process,
+1, 3 or 4) against the same product with LOOP_STAGES held at 1 (v7's code), A/B in one process,
 device-only, bf16. Each variant is tuned from scratch by the product's tuner.
 
 Run from the repository root on a GPU:
