@@ -185,6 +185,7 @@ def _pipelined_launches(monkeypatch, stages):
     monkeypatch.setattr(launch, "_heuristic_config", pipelined)
     monkeypatch.setattr(launch, "_programs_cap", lambda device: 4)
     monkeypatch.setattr(launch, "HEURISTIC_PROGRAMS_PER_SM", 1)
+    launch.take_launch_configs()  # forget earlier tests' launches
     return launch
 
 
