@@ -217,20 +217,20 @@ def _prune_warps(configs, named_args, **kwargs):
     return kept or [max(configs, key=lambda c: c.num_warps)]
 
 
-#: Autotune keys: N, plus the feature switches that change a kernel's work (each variant gets its
-#: own tuned config; Triton adds the tensors' dtypes itself). The single-tile kernels also key on
-#: ROWS_BUCKET (M's bit length): their best tile and warps depend on how many rows there are, and a
-#: config tuned at M = 512 ran fp16 N = 2048 at half speed at M = 4096 (docs/perf-log.md, v3).
-_TUNING_KEYS = {
-    "rmsnorm_fwd_kernel": ["N", "ROWS_BUCKET", "HAS_RESIDUAL"],
-    "rmsnorm_fwd_looped_kernel": ["N", "ROWS_BUCKET", "HAS_RESIDUAL"],
-    "rmsnorm_bwd_kernel": ["N", "ROWS_BUCKET", "HAS_DH_OUT"],
-    "rmsnorm_bwd_columns_kernel": ["N", "HAS_DH_OUT"],
-    "rmsnorm_bwd_row_dot_kernel": ["N"],
-    "rmsnorm_fwd_split_sumsq_kernel": ["N", "HAS_RESIDUAL"],
-    "rmsnorm_fwd_split_scale_kernel": ["N"],
-    "rmsnorm_bwd_split_dot_kernel": ["N"],
-}
+#: The kernels launched through _launch, tuned per key: the kernel, the dtypes of its varying
+#: tensors, its constexpr switches (each variant gets its own config), N and, for the kernels
+#: that take it, ROWS_BUCKET (M's bit length: a config tuned at M = 512 ran fp16 N = 2048 at half
+#: speed at M = 4096, docs/perf-log.md v3), and the device.
+_TUNED_KERNELS = (
+    "rmsnorm_fwd_kernel",
+    "rmsnorm_fwd_looped_kernel",
+    "rmsnorm_bwd_kernel",
+    "rmsnorm_bwd_columns_kernel",
+    "rmsnorm_bwd_row_dot_kernel",
+    "rmsnorm_fwd_split_sumsq_kernel",
+    "rmsnorm_fwd_split_scale_kernel",
+    "rmsnorm_bwd_split_dot_kernel",
+)
 
 
 #: Each tuned kernel's pruning of its configuration space (the rest keep every config).
@@ -379,9 +379,11 @@ def _launch_fixed(kernel, grid, *args, num_warps: int, **constexprs) -> None:
 #: Where the tuning key's runtime values (N, ROWS_BUCKET) sit among each kernel's arguments.
 _KEY_POSITIONS = {
     name: tuple(
-        getattr(kernels, name).arg_names.index(k) for k in keys if k in ("N", "ROWS_BUCKET")
+        getattr(kernels, name).arg_names.index(k)
+        for k in ("N", "ROWS_BUCKET")
+        if k in getattr(kernels, name).arg_names
     )
-    for name, keys in _TUNING_KEYS.items()
+    for name in _TUNED_KERNELS
 }
 
 
