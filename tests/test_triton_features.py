@@ -179,6 +179,8 @@ def _pipelined_launches(monkeypatch, stages):
         config = heuristic(kernel_name, block_n)
         if "LOOP_STAGES" in config:
             config.update(LOOP_STAGES=stages, num_stages=stages)
+        if kernel_name == "rmsnorm_fwd_kernel":
+            config["PROGRAMS_PER_SM"] = 1  # a persistent grid: each program walks several tiles
         return config
 
     monkeypatch.setattr(launch, "_AUTOTUNE", False)
@@ -194,9 +196,9 @@ def _pipelined_launches(monkeypatch, stages):
 @pytest.mark.parametrize("shape", list(_PIPELINED_CASES), ids=lambda s: "x".join(map(str, s)))
 def test_pipelined_loops_match_the_oracle(monkeypatch, stages, dtype, shape):
     """Every software-pipelined loop at LOOP_STAGES > 1 (the tuner may pick them; an untuned
-    launch runs 1) against the oracle: the single-tile backward's row loop, the wide backward's
-    row-dot and column loops, the looped forward's two chunk loops, each with a partial last
-    step or chunk."""
+    launch runs 1) against the oracle: the single-tile forward's tile loop (persistent grid),
+    the single-tile backward's row loop, the wide backward's row-dot and column loops, the
+    looped forward's two chunk loops, each with a partial last step or chunk."""
     launch = _pipelined_launches(monkeypatch, stages)
     inputs = make_inputs(shape, dtype, DEVICE)
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
@@ -206,10 +208,16 @@ def test_pipelined_loops_match_the_oracle(monkeypatch, stages, dtype, shape):
 
 
 @pytest.mark.parametrize("stages", [3, 4])
-def test_pipelined_wide_backward_with_a_residual_gradient(monkeypatch, stages):
-    """The wide backward's column loop reading the gradient on h (HAS_DH_OUT) pipelined."""
+@pytest.mark.parametrize("shape", [(5, 20000), (523, 512)], ids=lambda s: "x".join(map(str, s)))
+def test_pipelined_loops_with_a_residual(monkeypatch, stages, shape):
+    """The residual add pipelined: the single-tile forward's tile loop writing h (persistent
+    grid), and the backward's loops reading the gradient on h (HAS_DH_OUT): the wide
+    backward's column loop at N = 20000, the single-tile backward's row loop at N = 512."""
     from tests.test_residual import _check
 
     launch = _pipelined_launches(monkeypatch, stages)
-    _check((5, 20000), torch.bfloat16)
-    assert launch.take_launch_configs()["rmsnorm_bwd_columns_kernel"]["LOOP_STAGES"] == stages
+    _check(shape, torch.bfloat16)
+    launched = launch.take_launch_configs()
+    backward = "rmsnorm_bwd_columns_kernel" if shape[1] > 16384 else "rmsnorm_bwd_kernel"
+    for kernel_name in ("rmsnorm_fwd_kernel", backward):
+        assert launched[kernel_name]["LOOP_STAGES"] == stages

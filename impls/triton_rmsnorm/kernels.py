@@ -40,32 +40,44 @@ def rmsnorm_fwd_kernel(
     eps,
     offset,  # added to the weight: 0.0, or 1.0 for Gemma
     ROWS_BUCKET,  # bit length of M: part of the autotuning key only, unused here
-    BLOCK_M: tl.constexpr,  # rows per program (1 for wide rows, more for narrow ones)
+    BLOCK_M: tl.constexpr,  # rows per tile (1 for wide rows, more for narrow ones)
     BLOCK_N: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,  # software pipelining of the tile loop (see rmsnorm_bwd_kernel)
 ):
-    """BLOCK_M whole rows per program: read x (and r) once, write y (and h) once, one fp32 rstd
-    per row. With BLOCK_M = 1 this is the seed design, one program per row."""
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    """BLOCK_M whole rows per tile: read x (and r) once, write y (and h) once, one fp32 rstd
+    per row. With BLOCK_M = 1 and one program per tile this is the seed design, one program
+    per row.
+
+    Programs walk tiles pid, pid + programs, ...: launch.py gives either one program per tile
+    (the loop runs once) or a persistent grid of a few programs per SM, whose loop with
+    LOOP_STAGES >= 3 keeps the next tiles' loads in flight (cp.async into shared memory) while a
+    tile computes, as QuACK stages x through shared memory.
+    """
     cols = tl.arange(0, BLOCK_N)
-    row_mask = rows < M
     col_mask = cols < N
-    mask = row_mask[:, None] & col_mask[None, :]
-
-    x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
-    if HAS_RESIDUAL:
-        r = tl.load(R + rows[:, None] * stride_r_row + cols[None, :], mask=mask, other=0.0)
-        h = (x.to(tl.float32) + r.to(tl.float32)).to(H.dtype.element_ty)
-        tl.store(H + rows[:, None] * stride_h_row + cols[None, :], h, mask=mask)
-        x = h
-    x = x.to(tl.float32)
-    mean_sq = tl.sum(x * x, axis=1) / N
-    rstd = 1.0 / tl.sqrt_rn(mean_sq + eps)
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
-    y = x * rstd[:, None] * w[None, :]
+    tiles = tl.cdiv(M, BLOCK_M)
+    for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), num_stages=LOOP_STAGES):
+        rows = (tile * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)  # int64 row offsets
+        row_mask = rows < M
+        mask = row_mask[:, None] & col_mask[None, :]
 
-    tl.store(Y + rows[:, None] * stride_y_row + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
-    tl.store(RSTD + rows, rstd, mask=row_mask)
+        x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
+        if HAS_RESIDUAL:
+            r = tl.load(R + rows[:, None] * stride_r_row + cols[None, :], mask=mask, other=0.0)
+            h = (x.to(tl.float32) + r.to(tl.float32)).to(H.dtype.element_ty)
+            tl.store(H + rows[:, None] * stride_h_row + cols[None, :], h, mask=mask)
+            x = h
+        x = x.to(tl.float32)
+        mean_sq = tl.sum(x * x, axis=1) / N
+        rstd = 1.0 / tl.sqrt_rn(mean_sq + eps)
+        y = x * rstd[:, None] * w[None, :]
+
+        tl.store(
+            Y + rows[:, None] * stride_y_row + cols[None, :], y.to(Y.dtype.element_ty), mask=mask
+        )
+        tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
 @triton.jit(do_not_specialize=["ROWS_BUCKET"])

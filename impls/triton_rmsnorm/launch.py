@@ -12,8 +12,10 @@ Paths, chosen by the hidden size N (and for wide rows by M), separately for each
 Forward rows of FORWARD_LOOPED_FROM_N < N <= SINGLE_TILE_MAX_N take whichever of the single tile
 and the looped path measured faster at the first call (on a GPU, autotuning).
 
-On a CUDA device the kernels are autotuned per N over num_warps x num_stages with BLOCK_N pinned,
-each candidate timed by device-only time (tuning.py), as the harness ranks backends.
+On a CUDA device the kernels are autotuned per N over num_warps x num_stages with BLOCK_N pinned
+(the single-tile forward also over its grid: one program per tile, or a persistent grid with a
+software-pipelined tile loop), each candidate timed by device-only time (tuning.py), as the
+harness ranks backends.
 Under the Triton interpreter (TRITON_INTERPRET=1, CPU tensors) autotuning cannot time anything,
 so a fixed configuration is used: the kernel code is the same.
 """
@@ -103,7 +105,6 @@ def rows_per_tile(kernel_name: str, block_n: int) -> int:
 
 #: Kernels without a loop compile to the same code for every num_stages: tuned over warps only.
 _LOOP_FREE = {
-    "rmsnorm_fwd_kernel",
     "rmsnorm_fwd_split_sumsq_kernel",
     "rmsnorm_fwd_split_scale_kernel",
     "rmsnorm_bwd_split_dot_kernel",
@@ -115,12 +116,20 @@ _LOOP_FREE = {
 PROGRAMS_PER_SM_CHOICES = (1, 2, 4, 8)
 #: ... and without autotuning (about one program per row at the wide preset's shapes).
 HEURISTIC_PROGRAMS_PER_SM = 8
+#: The single-tile forward's grids, as (PROGRAMS_PER_SM, LOOP_STAGES): one program per tile
+#: (PROGRAMS_PER_SM 0, the tile loop runs once), or a persistent grid of that many programs per
+#: SM whose tile loop is software-pipelined (3 or 4 stages; 1 would overlap nothing that more
+#: programs would not). PROGRAMS_PER_SM shapes the grid only: the kernel does not take it.
+FORWARD_GRID_CHOICES = ((0, 1), *((p, s) for p in (1, 2, 4) for s in (3, 4)))
+#: Configuration keys that only shape a kernel's grid (launch keywords the kernel does not take).
+_GRID_ONLY_KEYS = {"rmsnorm_fwd_kernel": ("PROGRAMS_PER_SM",)}
 
 
 #: Kernels whose loops are software-pipelined through a LOOP_STAGES constexpr (tl.range's
 #: num_stages: Triton leaves a loop without dot products unpipelined whatever the launch's
 #: num_stages). LOOP_STAGES follows the config's num_stages; without tuning it is 1.
 _PIPELINED_LOOPS = {
+    "rmsnorm_fwd_kernel",
     "rmsnorm_bwd_kernel",
     "rmsnorm_fwd_looped_kernel",
     "rmsnorm_bwd_row_dot_kernel",
@@ -133,6 +142,17 @@ def _loop_stages(kernel_name: str, stages: int) -> dict:
 
 
 def _configs(kernel_name: str) -> list[triton.Config]:
+    if kernel_name == "rmsnorm_fwd_kernel":
+        return [
+            triton.Config(
+                {"BLOCK_M": m, "PROGRAMS_PER_SM": p, **_loop_stages(kernel_name, st)},
+                num_warps=warps,
+                num_stages=st,
+            )
+            for m in ROWS_PER_TILE_CHOICES
+            for warps in NUM_WARPS_CHOICES
+            for p, st in FORWARD_GRID_CHOICES
+        ]
     stages = (1,) if kernel_name in _LOOP_FREE else NUM_STAGES_CHOICES
     if kernel_name in TILE_TARGET:
         metas = [{"BLOCK_M": m} for m in ROWS_PER_TILE_CHOICES]
@@ -156,12 +176,14 @@ def _threads_fit(tile: int, num_warps: int, low: int, high: int) -> bool:
 def _prune_tiles(kernel_name: str):
     """Keep the tiles of BLOCK_M in {h, 2h} rows (h = rows_per_tile) with a sensible number of
     elements per thread; the forward also tries h/2 (more, shorter programs: at 1024x2048 Liger's
-    one row per program beat our two, docs/perf-log.md v3) and drops 2h when it would leave
-    fewer than 2 programs per SM."""
+    one row per program beat our two, docs/perf-log.md v3), drops 2h when it would leave
+    fewer than 2 programs per SM, and drops persistent grids that would give no program a
+    second tile (the same launch as one program per tile, with a pipeline that never fills)."""
     low, high = _ELEMENTS_PER_THREAD[kernel_name]
 
     def prune(configs, named_args, **kwargs):
         block_n = kwargs["BLOCK_N"]
+        inputs = 2 if kwargs.get("HAS_RESIDUAL") else 1
         h = rows_per_tile(kernel_name, block_n)
         candidates = {h}
         if 2 * h * block_n <= MAX_TILE:
@@ -180,6 +202,7 @@ def _prune_tiles(kernel_name: str):
             for c in configs
             if c.kwargs["BLOCK_M"] in candidates
             and _threads_fit(c.kwargs["BLOCK_M"] * block_n, c.num_warps, low, high)
+            and _persistent_grid_loops(c.kwargs, named_args, block_n, inputs)
         ]
         if kept:
             return kept
@@ -189,6 +212,23 @@ def _prune_tiles(kernel_name: str):
         return [c for c in configs if c.kwargs["BLOCK_M"] == smallest and c.num_warps == fewest]
 
     return prune
+
+
+#: Shared memory the single-tile forward's pipelined tile loop may stage: LOOP_STAGES - 1 tiles
+#: of x (and r) in flight. The H200 gives a program up to 227 KB; larger stagings fail to launch.
+PIPELINE_SHARED_BYTES = 200 * 1024
+
+
+def _persistent_grid_loops(config: dict, named_args: dict, block_n: int, inputs: int) -> bool:
+    """A config without a persistent grid, or one whose programs get more than one tile and
+    whose staged tiles (inputs tensors of X's dtype) fit PIPELINE_SHARED_BYTES."""
+    per_sm = config.get("PROGRAMS_PER_SM", 0)
+    if per_sm == 0:
+        return True
+    x = named_args["X"]
+    staged = (config["LOOP_STAGES"] - 1) * config["BLOCK_M"] * block_n * x.element_size() * inputs
+    tiles = cdiv(named_args["M"], config["BLOCK_M"])
+    return per_sm * _programs_cap(x.device) < tiles and staged <= PIPELINE_SHARED_BYTES
 
 
 def _prune_looped_forward(configs, named_args, **kwargs):
@@ -260,7 +300,8 @@ def _tuned_config(kernel_name: str, grid, args: tuple, constexprs: dict) -> dict
     kernel = getattr(kernels, kernel_name)
 
     def run(config: dict, launch_args: tuple) -> None:
-        kernel[grid](*launch_args, **constexprs, **config)
+        launch_grid, meta = _kernel_grid_and_meta(kernel_name, grid, {**constexprs, **config})
+        kernel[launch_grid](*launch_args, **meta)
 
     return tuning.fastest(_candidates(kernel_name, args, constexprs), run, args)
 
@@ -297,10 +338,10 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> dict:
     kernel = getattr(kernels, kernel_name)
     if interpreting():
         config = {**_heuristic_config(kernel_name, kwargs["BLOCK_N"]), "num_warps": 4}
-        if kernel_name == "rmsnorm_fwd_looped_kernel":
+        if "PROGRAMS_PER_SM" in config:
             config["PROGRAMS_PER_SM"] = 1  # fewer programs than rows: the row loop is exercised
         _LAUNCHED[kernel_name] = config
-        meta = {**kwargs, **config}
+        grid, meta = _kernel_grid_and_meta(kernel_name, grid, {**kwargs, **config})
         kernel[grid](*args, **meta)
         _note_launch(kernel, grid, args, meta, config)
         return config
@@ -325,10 +366,20 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> dict:
     else:
         config = _heuristic_config(kernel_name, kwargs["BLOCK_N"])
     _LAUNCHED[kernel_name] = config
-    meta = {**kwargs, **config}
+    grid, meta = _kernel_grid_and_meta(kernel_name, grid, {**kwargs, **config})
     direct.launch(kernel, grid, args, meta, args[0].get_device())
     _note_launch(kernel, grid, args, meta, config)
     return config
+
+
+def _kernel_grid_and_meta(kernel_name: str, grid, meta: dict) -> tuple:
+    """(grid, launch keywords) for the kernel: a configuration's grid-only keys
+    (_GRID_ONLY_KEYS) are read by the grid function, then left out of the launch."""
+    grid_only = _GRID_ONLY_KEYS.get(kernel_name)
+    if grid_only is None:
+        return grid, meta
+    grid = grid(meta) if callable(grid) else grid
+    return grid, {k: v for k, v in meta.items() if k not in grid_only}
 
 
 #: num_stages when a launch does not choose one (Triton's default).
@@ -356,6 +407,8 @@ def _heuristic_config(kernel_name: str, block_n: int) -> dict:
         config["BLOCK_M"] = rows_per_tile(kernel_name, block_n)
     if kernel_name == "rmsnorm_fwd_looped_kernel":
         config["PROGRAMS_PER_SM"] = HEURISTIC_PROGRAMS_PER_SM
+    if kernel_name == "rmsnorm_fwd_kernel":
+        config["PROGRAMS_PER_SM"] = 0  # one program per tile
     tile = config.get("BLOCK_M", 1) * block_n
     return {
         **config,
@@ -531,10 +584,18 @@ def _measured_path(key: tuple, paths: list, args: tuple, device: torch.device):
 def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
     m, n = x.shape
     _launch(
-        "rmsnorm_fwd_kernel", lambda meta: (cdiv(m, meta["BLOCK_M"]),),
+        "rmsnorm_fwd_kernel", lambda meta: (_tile_programs(m, meta, x.device),),
         *_single_tile_forward_args(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset),
         dtypes=(x.dtype, weight.dtype, y.dtype), BLOCK_N=block_size(n), HAS_RESIDUAL=has_residual,
     )  # fmt: skip
+
+
+def _tile_programs(m: int, meta: dict, device: torch.device) -> int:
+    """The single-tile forward's grid: one program per tile of BLOCK_M rows, or at most
+    PROGRAMS_PER_SM per SM (a persistent grid) when that is set."""
+    tiles = cdiv(m, meta["BLOCK_M"])
+    per_sm = meta["PROGRAMS_PER_SM"]
+    return tiles if per_sm == 0 else min(tiles, per_sm * _programs_cap(device))
 
 
 def _single_tile_forward_args(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset) -> tuple:
