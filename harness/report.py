@@ -155,22 +155,35 @@ def per_shape_table(rows: list[dict], mode: str, timing: str, op: str = "rmsnorm
     return tabulate(table, headers=["shape", "dtype", *backends, "copy floor"], tablefmt="github")
 
 
+def x_axis(rows: list[dict]) -> tuple[str, str]:
+    """The plot's x: M*N elements, or the hidden size N when the rows' shapes have more distinct
+    N than M*N, so that fewer shapes share a point (the wide preset holds M*N at 2**26 and
+    varies N). Returns (row key, label)."""
+    sizes = {r["m"] * r["n"] for r in rows}
+    widths = {r["n"] for r in rows}
+    return ("n", "N (hidden size)") if len(widths) > len(sizes) else ("mn", "M*N elements")
+
+
 def plot(rows: list[dict], path: str, title: str = "", op: str = "rmsnorm") -> None:
-    """Bandwidth of ``op`` against M*N per backend: one panel per (mode, timing)."""
+    """Bandwidth of ``op`` per backend against M*N (or N, see x_axis): one panel per
+    (mode, timing). Rows that failed the oracle are left out (a wrong result's speed is no
+    point on a bandwidth curve; the tables show them, ranked last)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    axis, axis_label = x_axis([r for r in rows if op_of(r) == op])
     panels = [(m, t) for m in ("fwd", "bwd") for t in ("device", "host")]
     fig, axes = plt.subplots(2, 2, figsize=(13, 9), sharex=True)
     for ax, (mode, timing) in zip(axes.flat, panels, strict=True):
-        chosen = [r for r in _select(rows, mode, timing, op) if r["status"] == "ok"]
+        chosen = [r for r in _select(rows, mode, timing, op)
+                  if r["status"] == "ok" and r.get("oracle_passed") is not False]  # fmt: skip
         for backend in dict.fromkeys(r["backend"] for r in chosen):
             points = defaultdict(list)
             for r in chosen:
                 if r["backend"] == backend:
-                    points[r["m"] * r["n"]].append(r["gbps"])
+                    points[r["n"] if axis == "n" else r["m"] * r["n"]].append(r["gbps"])
             xs = sorted(points)
             ax.plot(xs, [_geomean(points[x]) for x in xs], marker="o", ms=3, label=backend)
         ceilings = {r.get("ceiling_gbps") for r in chosen if r.get("ceiling_gbps")}
@@ -183,7 +196,7 @@ def plot(rows: list[dict], path: str, title: str = "", op: str = "rmsnorm") -> N
         ax.set_ylabel("GB/s (byte model)")
         ax.grid(alpha=0.3)
     for ax in axes[1]:
-        ax.set_xlabel("M*N elements")
+        ax.set_xlabel(axis_label)
     axes[0][0].legend(fontsize=8)
     fig.suptitle(title or "RMSNorm bandwidth (dashed: measured copy ceiling)")
     fig.tight_layout()

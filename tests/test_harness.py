@@ -142,6 +142,18 @@ def test_from_several_runs_writes_one_page_with_ours_against_the_fastest_peer(tm
         assert e["peer_gbps"] == max(peers)
 
 
+def test_plots_use_the_hidden_size_when_every_shape_has_one_m_times_n():
+    """The wide preset holds M*N at 2**26: plotted against M*N its six shapes were one point."""
+
+    def rows(preset):
+        return [{"m": m, "n": n} for m, n in shapes.PRESETS[preset][1]]
+
+    assert report.x_axis(rows("wide")) == ("n", "N (hidden size)")
+    assert report.x_axis(rows("seed")) == ("mn", "M*N elements")
+    # narrow's three shapes share M*N = 2**25: N tells more of the nine shapes apart
+    assert report.x_axis(rows("narrow") + rows("odd") + rows("large"))[0] == "n"
+
+
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="host overhead: CUDA only")
 def test_overhead_reports_host_microseconds_per_call(capsys):
     """python -m harness.overhead: a row per backend and mode, with host and device times, and
