@@ -168,28 +168,31 @@ _PIPELINED_CASES = {
 }  # fmt: skip
 
 
-def _stages_fit(kernel_name, config, block_n, stages):
-    """The single-tile forward's pipelined tile loop stages whole tiles in shared memory: the
-    tuner prunes stagings over PIPELINE_SHARED_BYTES, so the tests leave those unpipelined
-    (taken at fp32 with a residual, the most bytes a tile stages)."""
+def _stages_fit(kernel_name, config, block_n, stages, staged_bytes_per_element):
+    """The single-tile forward's pipelined tile loop stages whole tiles in shared memory (x, and
+    r with a residual): the tuner prunes stagings over PIPELINE_SHARED_BYTES, so the tests leave
+    those unpipelined."""
     from impls.triton_rmsnorm import launch
 
     if kernel_name != "rmsnorm_fwd_kernel":
         return True
-    staged = (stages - 1) * config["BLOCK_M"] * block_n * 4 * 2
+    staged = (stages - 1) * config["BLOCK_M"] * block_n * staged_bytes_per_element
     return staged <= launch.PIPELINE_SHARED_BYTES
 
 
-def _pipelined_launches(monkeypatch, stages):
+def _pipelined_launches(monkeypatch, stages, staged_bytes_per_element):
     """Untuned launches at LOOP_STAGES = stages, at most 4 programs per launch (as under the
-    interpreter): the loops a tuner may pipeline, each walking several steps."""
+    interpreter): the loops a tuner may pipeline, each walking several steps.
+    staged_bytes_per_element: what the forward stages per tile element (x's size, twice with a
+    residual)."""
     from impls.triton_rmsnorm import launch
 
     heuristic = launch._heuristic_config
 
     def pipelined(kernel_name, block_n):
         config = heuristic(kernel_name, block_n)
-        if "LOOP_STAGES" in config and _stages_fit(kernel_name, config, block_n, stages):
+        fits = _stages_fit(kernel_name, config, block_n, stages, staged_bytes_per_element)
+        if "LOOP_STAGES" in config and fits:
             config.update(LOOP_STAGES=stages, num_stages=stages)
         if kernel_name == "rmsnorm_fwd_kernel":
             config["PROGRAMS_PER_SM"] = 1  # a persistent grid: each program walks several tiles
@@ -211,15 +214,19 @@ def test_pipelined_loops_match_the_oracle(monkeypatch, stages, dtype, shape):
     launch runs 1) against the oracle: the single-tile forward's tile loop (persistent grid),
     the single-tile backward's row loop, the wide backward's row-dot and column loops, the
     looped forward's two chunk loops, each with a partial last step or chunk."""
-    launch = _pipelined_launches(monkeypatch, stages)
+    element = torch.finfo(dtype).bits // 8
+    launch = _pipelined_launches(monkeypatch, stages, element)
     inputs = make_inputs(shape, dtype, DEVICE)
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
     launched = launch.take_launch_configs()
     assert set(launched) == _PIPELINED_CASES[shape]
+    block_n = launch.block_size(shape[1])
     for kernel_name, config in launched.items():
-        block_n = launch.block_size(shape[1])
-        if "LOOP_STAGES" in config and _stages_fit(kernel_name, config, block_n, stages):
+        if "LOOP_STAGES" in config and _stages_fit(kernel_name, config, block_n, stages, element):
             assert config["LOOP_STAGES"] == stages, kernel_name
+    if dtype == torch.bfloat16:  # every bf16 forward tile here fits: its loop is pipelined
+        forward = launched.get("rmsnorm_fwd_kernel", {"LOOP_STAGES": stages})
+        assert forward["LOOP_STAGES"] == stages
 
 
 @pytest.mark.parametrize("stages", [3, 4])
@@ -230,11 +237,11 @@ def test_pipelined_loops_with_a_residual(monkeypatch, stages, shape):
     backward's column loop at N = 20000, the single-tile backward's row loop at N = 512."""
     from tests.test_residual import _check
 
-    launch = _pipelined_launches(monkeypatch, stages)
+    launch = _pipelined_launches(monkeypatch, stages, 2 * 2)  # bf16 x and r
     _check(shape, torch.bfloat16)
     launched = launch.take_launch_configs()
     backward = "rmsnorm_bwd_columns_kernel" if shape[1] > 16384 else "rmsnorm_bwd_kernel"
     assert launched[backward]["LOOP_STAGES"] == stages
     forward = launched["rmsnorm_fwd_kernel"]
-    if _stages_fit("rmsnorm_fwd_kernel", forward, launch.block_size(shape[1]), stages):
+    if _stages_fit("rmsnorm_fwd_kernel", forward, launch.block_size(shape[1]), stages, 2 * 2):
         assert forward["LOOP_STAGES"] == stages

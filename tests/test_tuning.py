@@ -69,6 +69,37 @@ def test_candidates_carry_the_keywords_a_launch_takes(kernel_name):
         assert config.keys() == expected
 
 
+def _forward_candidates(m, n, dtype, residual=False):
+    kernel = kernels.rmsnorm_fwd_kernel
+    values = {"X": torch.empty(1, dtype=dtype), "M": m}
+    args = tuple(values.get(name, 0) for name in kernel.arg_names)
+    constexprs = {"BLOCK_N": launch.block_size(n), "HAS_RESIDUAL": residual}
+    return launch._candidates("rmsnorm_fwd_kernel", args, constexprs)
+
+
+def test_forward_persistent_grids_need_a_second_tile_and_fit_the_shared_memory(monkeypatch):
+    """The single-tile forward's persistent grids (PROGRAMS_PER_SM > 0) are tried only where a
+    program gets more than one tile, and never stage more than PIPELINE_SHARED_BYTES."""
+    monkeypatch.setattr(launch, "_programs_cap", lambda device: 132)
+    few = _forward_candidates(132, 4096, torch.bfloat16)  # one tile of a row per SM at most
+    assert few and all(c["PROGRAMS_PER_SM"] == 0 for c in few)
+    many = _forward_candidates(65536, 4096, torch.bfloat16)
+    assert {(c["PROGRAMS_PER_SM"], c["LOOP_STAGES"]) for c in many} == set(
+        launch.FORWARD_GRID_CHOICES
+    )
+    for m, n, dtype, residual, pipelined in (
+        (8192, 32768, torch.bfloat16, False, {1, 3, 4}),  # 64 KB tiles: 128 / 192 KB staged
+        (8192, 32768, torch.float32, False, {1}),  # 128 KB tiles: 256 KB at 3 stages
+        (8192, 32768, torch.bfloat16, True, {1}),  # x and r: 256 KB at 3 stages
+    ):
+        candidates = _forward_candidates(m, n, dtype, residual)
+        assert {c["LOOP_STAGES"] for c in candidates} == pipelined, (n, dtype, residual)
+        for c in candidates:
+            staged = (c["LOOP_STAGES"] - 1) * c["BLOCK_M"] * launch.block_size(n)
+            staged *= torch.finfo(dtype).bits // 8 * (2 if residual else 1)
+            assert staged <= launch.PIPELINE_SHARED_BYTES
+
+
 needs_gpu = pytest.mark.skipif(not ON_GPU, reason="the tuner times CUDA graphs: GPU only")
 
 

@@ -57,7 +57,7 @@ def rmsnorm_fwd_kernel(
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
     w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
-    tiles = tl.cdiv(M, BLOCK_M)
+    tiles = (M - 1) // BLOCK_M + 1  # not tl.cdiv: M + BLOCK_M - 1 overflows int32 near 2**31 rows
     for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), num_stages=LOOP_STAGES):
         rows = (tile * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)  # int64 row offsets
         row_mask = rows < M
