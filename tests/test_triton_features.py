@@ -229,6 +229,28 @@ def test_pipelined_loops_match_the_oracle(monkeypatch, stages, dtype, shape):
         assert forward["LOOP_STAGES"] == stages
 
 
+@pytest.mark.parametrize("stages", [1, 3])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=lambda d: DTYPE_NAMES[d])
+def test_looped_forward_at_its_wider_chunk_matches_the_oracle(monkeypatch, stages, dtype):
+    """The looped forward's other chunk width (LOOPED_FORWARD_CHUNKS, a tuning choice): 70000
+    columns in 16384-wide chunks, the last partial, each program walking two rows."""
+    launch = _pipelined_launches(monkeypatch, stages, torch.finfo(dtype).bits // 8)
+    chunk = max(launch.LOOPED_FORWARD_CHUNKS)
+    pipelined = launch._heuristic_config
+
+    def wide_chunks(kernel_name, block_n):
+        config = pipelined(kernel_name, block_n)
+        if kernel_name == "rmsnorm_fwd_looped_kernel":
+            config["BLOCK_N"] = chunk
+        return config
+
+    monkeypatch.setattr(launch, "_heuristic_config", wide_chunks)
+    inputs = make_inputs((8, 70000), dtype, DEVICE)
+    _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
+    forward = launch.take_launch_configs()["rmsnorm_fwd_looped_kernel"]
+    assert (forward["BLOCK_N"], forward["LOOP_STAGES"]) == (chunk, stages)
+
+
 @pytest.mark.parametrize("stages", [3, 4])
 @pytest.mark.parametrize("shape", [(5, 20000), (523, 512)], ids=lambda s: "x".join(map(str, s)))
 def test_pipelined_loops_with_a_residual(monkeypatch, stages, shape):

@@ -112,8 +112,13 @@ _LOOP_FREE = {
 
 
 #: Programs per SM of the persistent looped forward (its grid): fewer rows in flight leave
-#: more of each row in L2 for the second pass, more programs keep more bytes in flight.
-PROGRAMS_PER_SM_CHOICES = (1, 2, 4, 8)
+#: more of each row in L2 for the second pass, more programs keep more bytes in flight. 16 gives
+#: up to 2112 rows a program each on 132 SMs, as torch.compile's one program per row
+#: (2048x32768, where it led our forward by 10% in the v8 run).
+PROGRAMS_PER_SM_CHOICES = (1, 2, 4, 8, 16)
+#: Chunk widths the looped forward is tuned over (its BLOCK_N; WIDE_BLOCK_N untuned): the grid
+#: sweep measured 16384-wide chunks 9% faster at 512x131072 (perf log, "Lead refuted").
+LOOPED_FORWARD_CHUNKS = (WIDE_BLOCK_N, 16384)
 #: ... and without autotuning (about one program per row at the wide preset's shapes).
 HEURISTIC_PROGRAMS_PER_SM = 8
 #: The single-tile forward's grids, as (PROGRAMS_PER_SM, LOOP_STAGES): one program per tile
@@ -157,7 +162,11 @@ def _configs(kernel_name: str) -> list[triton.Config]:
     if kernel_name in TILE_TARGET:
         metas = [{"BLOCK_M": m} for m in ROWS_PER_TILE_CHOICES]
     elif kernel_name == "rmsnorm_fwd_looped_kernel":
-        metas = [{"PROGRAMS_PER_SM": p} for p in PROGRAMS_PER_SM_CHOICES]
+        metas = [
+            {"PROGRAMS_PER_SM": p, "BLOCK_N": chunk}
+            for p in PROGRAMS_PER_SM_CHOICES
+            for chunk in LOOPED_FORWARD_CHUNKS
+        ]
     else:
         metas = [{}]
     return [
@@ -232,8 +241,9 @@ def _persistent_grid_loops(config: dict, named_args: dict, block_n: int, inputs:
 
 
 def _prune_looped_forward(configs, named_args, **kwargs):
-    """The persistent looped forward: 8 to 32 elements per thread per chunk, and of the
-    PROGRAMS_PER_SM choices that already give every row its own program, only the smallest.
+    """The persistent looped forward: 8 to 32 elements per thread per chunk (BLOCK_N, a tuning
+    choice here), and of the PROGRAMS_PER_SM choices that already give every row its own
+    program, only the smallest.
     With a residual, no pipelined loops: the second pass reads h that the program's threads
     wrote in the first, ordered by a barrier for plain loads; asynchronous copies of it are
     left untried until measured correct on a GPU."""
@@ -246,7 +256,7 @@ def _prune_looped_forward(configs, named_args, **kwargs):
         c
         for c in configs
         if c.kwargs["PROGRAMS_PER_SM"] <= enough
-        and _threads_fit(kwargs["BLOCK_N"], c.num_warps, 8, 32)
+        and _threads_fit(c.kwargs["BLOCK_N"], c.num_warps, 8, 32)
         and not (kwargs["HAS_RESIDUAL"] and c.kwargs["LOOP_STAGES"] > 1)
     ]
 
@@ -407,6 +417,7 @@ def _heuristic_config(kernel_name: str, block_n: int) -> dict:
         config["BLOCK_M"] = rows_per_tile(kernel_name, block_n)
     if kernel_name == "rmsnorm_fwd_looped_kernel":
         config["PROGRAMS_PER_SM"] = HEURISTIC_PROGRAMS_PER_SM
+        config["BLOCK_N"] = block_n  # the chunk: a tuning choice, WIDE_BLOCK_N untuned
     if kernel_name == "rmsnorm_fwd_kernel":
         config["PROGRAMS_PER_SM"] = 0  # one program per tile
     tile = config.get("BLOCK_M", 1) * block_n

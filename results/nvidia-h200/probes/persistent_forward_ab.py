@@ -4,8 +4,12 @@ tile (v8's forward), A/B in one process, device-only, bf16. Each variant is tune
 by the product's tuner; the forward path choice (single tile or looped, N > 16384) is measured
 afresh too.
 
+With `looped` as a second argument it runs v10's A/B instead: the looped forward held at
+4096-wide chunks and at most 8 programs per SM (v9's choices) against its full tuning space, at
+the wide shapes where the looped path serves or competes.
+
 Run from the repository root on a GPU:
-    PYTHONPATH=. python results/nvidia-h200/probes/persistent_forward_ab.py out.json
+    PYTHONPATH=. python results/nvidia-h200/probes/persistent_forward_ab.py out.json [looped]
 """
 
 import json
@@ -21,11 +25,29 @@ SHAPES = [(512, 2048), (4096, 2048), (512, 8192), (1024, 8192), (4096, 8192), (6
 ALL_CANDIDATES = launch._candidates
 
 
+LOOPED_SHAPES = [(2048, 32768), (1024, 65536), (512, 131072), (256, 262144)]
+
+
 def one_program_per_tile(kernel_name, args, constexprs):
     candidates = ALL_CANDIDATES(kernel_name, args, constexprs)
     if kernel_name != "rmsnorm_fwd_kernel":
         return candidates
     return [c for c in candidates if c["PROGRAMS_PER_SM"] == 0]
+
+
+def v9_looped_choices(kernel_name, args, constexprs):
+    candidates = ALL_CANDIDATES(kernel_name, args, constexprs)
+    if kernel_name != "rmsnorm_fwd_looped_kernel":
+        return candidates
+    return [c for c in candidates if c["BLOCK_N"] == launch.WIDE_BLOCK_N
+            and c["PROGRAMS_PER_SM"] <= 8]  # fmt: skip
+
+
+#: variant name -> (the held-back candidates, shapes)
+VARIANTS = {
+    "persistent": (one_program_per_tile, SHAPES),
+    "looped": (v9_looped_choices, LOOPED_SHAPES),
+}
 
 
 def forget() -> None:
@@ -45,12 +67,14 @@ def device_us(m: int, n: int, stream) -> float:
     return timing.time_device(calls, stream).ms * 1e3
 
 
-def main(out_path: str) -> None:
+def main(out_path: str, variant_name: str = "persistent") -> None:
+    held_back, shapes = VARIANTS[variant_name]
     stream = torch.cuda.Stream()
     rows = []
-    for m, n in SHAPES:
+    for m, n in shapes:
         result = {"m": m, "n": n}
-        for variant, candidates in (("per_tile", one_program_per_tile), ("tuned", ALL_CANDIDATES)):
+        # "per_tile": the held-back variant (the key's name is from v9's run)
+        for variant, candidates in (("per_tile", held_back), ("tuned", ALL_CANDIDATES)):
             launch._candidates = candidates
             forget()
             launch.take_launch_configs()
@@ -60,11 +84,12 @@ def main(out_path: str) -> None:
         launch._candidates = ALL_CANDIDATES
         rows.append(result)
         a, b = result["per_tile"]["gbps"], result["tuned"]["gbps"]
-        print(f"{m:6d}x{n:5d} per tile: {a:5.0f} GB/s  tuned: {b:5.0f} ({b / a:.3f}x) "
+        print(f"{m:6d}x{n:5d} held back: {a:5.0f} GB/s  tuned: {b:5.0f} ({b / a:.3f}x) "
               f"{result['tuned']['launch']}", flush=True)  # fmt: skip
     with open(out_path, "w") as f:
-        json.dump({"gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=0)
+        json.dump({"gpu": torch.cuda.get_device_name(), "variant": variant_name, "rows": rows}, f,
+                  indent=0)  # fmt: skip
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])
