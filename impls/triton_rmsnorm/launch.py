@@ -231,13 +231,12 @@ PIPELINE_SHARED_BYTES = 200 * 1024
 def _persistent_grid_loops(config: dict, named_args: dict, block_n: int, inputs: int) -> bool:
     """A config without a persistent grid, or one whose programs get more than one tile and
     whose staged tiles (inputs tensors of X's dtype) fit PIPELINE_SHARED_BYTES."""
-    per_sm = config.get("PROGRAMS_PER_SM", 0)
-    if per_sm == 0:
+    if config.get("PROGRAMS_PER_SM", 0) == 0:
         return True
-    x = named_args["X"]
+    x, m = named_args["X"], named_args["M"]
     staged = (config["LOOP_STAGES"] - 1) * config["BLOCK_M"] * block_n * x.element_size() * inputs
-    tiles = cdiv(named_args["M"], config["BLOCK_M"])
-    return per_sm * _programs_cap(x.device) < tiles and staged <= PIPELINE_SHARED_BYTES
+    programs = _tile_programs(m, config, x.device)  # the grid the launch would get
+    return programs < cdiv(m, config["BLOCK_M"]) and staged <= PIPELINE_SHARED_BYTES
 
 
 def _prune_looped_forward(configs, named_args, **kwargs):
