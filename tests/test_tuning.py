@@ -119,6 +119,36 @@ def _run_forward(repeats, launch_args):
 
 
 @needs_gpu
+def test_every_candidate_is_compiled_before_the_timing_loop():
+    """_compile_in_parallel leaves each candidate in Triton's kernel cache, so the timing loop
+    compiles nothing: a warm-up of any candidate afterwards adds no entry. fp16 x, fp32 w and
+    bf16 y: a specialization no other test compiles."""
+    m, n = 4096, 2048
+    x = torch.randn(m, n, device=DEVICE, dtype=torch.float16)
+    w = torch.randn(n, device=DEVICE, dtype=torch.float32)
+    y, rstd = torch.empty(m, n, device=DEVICE, dtype=torch.bfloat16), torch.empty(m, device=DEVICE)
+    args = launch._single_tile_forward_args(x, w, y, rstd, x, x, (n,) * 4, 1e-6, 0.0)
+    constexprs = {"BLOCK_N": n, "HAS_RESIDUAL": False}
+    kernel = kernels.rmsnorm_fwd_kernel
+    candidates = launch._candidates("rmsnorm_fwd_kernel", args, constexprs)
+    assert len(candidates) > 1
+
+    def grid(meta):
+        return (launch._tile_programs(m, meta, x.device),)
+
+    cache = kernel.device_caches[x.get_device()][0]
+    before = len(cache)
+    launch._compile_in_parallel(kernel, "rmsnorm_fwd_kernel", grid, args, constexprs, candidates)
+    compiled = len(cache)
+    assert compiled > before
+    for config in candidates:
+        launch_grid, meta = launch._kernel_grid_and_meta("rmsnorm_fwd_kernel", grid,
+                                                         {**constexprs, **config})  # fmt: skip
+        assert kernel.warmup(*args, grid=launch_grid, **meta) is not None
+    assert len(cache) == compiled
+
+
+@needs_gpu
 def test_the_timer_counts_device_work_and_the_tuner_picks_the_cheaper():
     """Negative control: the same kernel once or four times per launch must time ~4x apart (a
     timer of host time, of one set only, or of nothing would not), and the tuner must pick
@@ -236,3 +266,30 @@ def test_the_residual_looped_forward_is_tuned_unpipelined_only():
         constexprs = {"BLOCK_N": launch.WIDE_BLOCK_N, "HAS_RESIDUAL": residual}
         candidates = launch._candidates("rmsnorm_fwd_looped_kernel", args, constexprs)
         assert {c["LOOP_STAGES"] for c in candidates} == expected
+
+
+@pytest.mark.parametrize(
+    "dtype, pipelined_wide_chunks",
+    [(torch.bfloat16, {1, 3, 4}), (torch.float32, {1})],
+    ids=["bf16", "fp32"],
+)
+def test_the_looped_forward_stages_only_what_fits_the_shared_memory(dtype, pipelined_wide_chunks):
+    """Each of its two passes stages LOOP_STAGES - 1 chunks of x: fp32 16384-wide chunks at 3
+    stages asked the H200 for 256 KB and failed to launch (a compile spent for nothing), so
+    the prune drops them; bf16 ones at 4 stages (192 KB) ran and stay. 4096-wide chunks fit
+    at every stage count."""
+    kernel = kernels.rmsnorm_fwd_looped_kernel
+    x = torch.empty(1, dtype=dtype)
+    values = {"X": x, "M": 4096}
+    args = tuple(values.get(name, 0) for name in kernel.arg_names)
+    constexprs = {"BLOCK_N": launch.WIDE_BLOCK_N, "HAS_RESIDUAL": False}
+    candidates = launch._candidates("rmsnorm_fwd_looped_kernel", args, constexprs)
+    stages_by_chunk = {}
+    for c in candidates:
+        stages_by_chunk.setdefault(c["BLOCK_N"], set()).add(c["LOOP_STAGES"])
+        staged = 2 * (c["LOOP_STAGES"] - 1) * c["BLOCK_N"] * x.element_size()
+        assert staged <= launch.PIPELINE_SHARED_BYTES
+    assert stages_by_chunk == {
+        launch.WIDE_BLOCK_N: set(launch.NUM_STAGES_CHOICES),
+        16384: pipelined_wide_chunks,
+    }

@@ -26,6 +26,7 @@ import contextlib
 import functools
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import triton
@@ -223,8 +224,9 @@ def _prune_tiles(kernel_name: str):
     return prune
 
 
-#: Shared memory the single-tile forward's pipelined tile loop may stage: LOOP_STAGES - 1 tiles
-#: of x (and r) in flight. The H200 gives a program up to 227 KB; larger stagings fail to launch.
+#: Shared memory a forward's pipelined loops may stage (the single-tile forward's tile loop:
+#: LOOP_STAGES - 1 tiles of x, and r, in flight; the looped forward: _looped_forward_staging).
+#: The H200 gives a program up to 227 KB; larger stagings fail to launch.
 PIPELINE_SHARED_BYTES = 200 * 1024
 
 
@@ -241,12 +243,13 @@ def _persistent_grid_loops(config: dict, named_args: dict, block_n: int, inputs:
 
 def _prune_looped_forward(configs, named_args, **kwargs):
     """The persistent looped forward: 8 to 32 elements per thread per chunk (BLOCK_N, a tuning
-    choice here), and of the PROGRAMS_PER_SM choices that already give every row its own
-    program, only the smallest.
+    choice here), of the PROGRAMS_PER_SM choices that already give every row its own program
+    only the smallest, and stagings that fit PIPELINE_SHARED_BYTES (_looped_forward_staging).
     With a residual, no pipelined loops: the second pass reads h that the program's threads
     wrote in the first, ordered by a barrier for plain loads; asynchronous copies of it are
     left untried until measured correct on a GPU."""
-    m, device = named_args["M"], named_args["X"].device
+    x, m = named_args["X"], named_args["M"]
+    device = x.device
     enough = next(
         (p for p in PROGRAMS_PER_SM_CHOICES if p * _programs_cap(device) >= m),
         PROGRAMS_PER_SM_CHOICES[-1],
@@ -257,7 +260,16 @@ def _prune_looped_forward(configs, named_args, **kwargs):
         if c.kwargs["PROGRAMS_PER_SM"] <= enough
         and _threads_fit(c.kwargs["BLOCK_N"], c.num_warps, 8, 32)
         and not (kwargs["HAS_RESIDUAL"] and c.kwargs["LOOP_STAGES"] > 1)
+        and _looped_forward_staging(c.kwargs, x.element_size()) <= PIPELINE_SHARED_BYTES
     ]
+
+
+def _looped_forward_staging(config: dict, element_size: int) -> int:
+    """Shared memory the looped forward's pipelined loops take: each of its two passes over a
+    row stages LOOP_STAGES - 1 chunks of x (w, read in the second pass, is not staged). On the
+    H200 fp32 16384-wide chunks at 3 stages asked for 262144 bytes (4 x 64 KiB) and failed to
+    launch; bf16 ones at 4 stages (6 x 32 KiB) ran."""
+    return 2 * (config["LOOP_STAGES"] - 1) * config["BLOCK_N"] * element_size
 
 
 def _prune_warps(configs, named_args, **kwargs):
@@ -307,12 +319,37 @@ def _tuned_config(kernel_name: str, grid, args: tuple, constexprs: dict) -> dict
     """The candidate configuration with the least device time on these arguments
     (tuning.py: CUDA-graph replays over rotating copies, as the harness times backends)."""
     kernel = getattr(kernels, kernel_name)
+    candidates = _candidates(kernel_name, args, constexprs)
+    _compile_in_parallel(kernel, kernel_name, grid, args, constexprs, candidates)
 
     def run(config: dict, launch_args: tuple) -> None:
         launch_grid, meta = _kernel_grid_and_meta(kernel_name, grid, {**constexprs, **config})
         kernel[launch_grid](*launch_args, **meta)
 
-    return tuning.fastest(_candidates(kernel_name, args, constexprs), run, args)
+    return tuning.fastest(candidates, run, args)
+
+
+#: Threads compiling a tuning's candidates at once (at most one per CPU core).
+COMPILE_THREADS = 16
+
+
+def _compile_in_parallel(kernel, kernel_name: str, grid, args: tuple, constexprs: dict,
+                         candidates: list[dict]) -> None:  # fmt: skip
+    """Compile every candidate before any is timed, on a thread pool (Triton's
+    AsyncCompileMode; its compiler releases the GIL: 42 forward candidates compiled 1.7-1.8x
+    faster on 2 cores, Triton 3.6 and 3.9). The first call of a shape class compiles up to
+    ~100 candidates, one after another without this. A candidate that fails to compile is
+    left to the timing loop, which compiles it again and skips it (tuning._UNRUNNABLE)."""
+    threads = min(len(candidates), os.cpu_count() or 1, COMPILE_THREADS)
+    if threads < 2:
+        return
+    with (
+        ThreadPoolExecutor(threads) as pool,
+        triton.AsyncCompileMode(pool, ignore_errors=True),
+    ):
+        for config in candidates:
+            launch_grid, meta = _kernel_grid_and_meta(kernel_name, grid, {**constexprs, **config})
+            kernel.warmup(*args, grid=launch_grid, **meta)
 
 
 #: RMSNORM_TRITON_AUTOTUNE, read at import (an environment lookup per launch costs host time).
