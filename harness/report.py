@@ -166,19 +166,30 @@ def x_axis(rows: list[dict]) -> tuple[str, str]:
 
 def plot(rows: list[dict], path: str, title: str = "", op: str = "rmsnorm") -> None:
     """Bandwidth of ``op`` per backend against M*N (or N, see x_axis): one panel per
-    (mode, timing). Rows that failed the oracle are left out (a wrong result's speed is no
-    point on a bandwidth curve; the tables show them, ranked last)."""
+    (mode, timing) the run measured (a forward-only run gets no empty backward panels). Rows
+    that failed the oracle are left out (a wrong result's speed is no point on a bandwidth
+    curve; the tables show them, ranked last)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     axis, axis_label = x_axis([r for r in rows if op_of(r) == op])
-    panels = [(m, t) for m in ("fwd", "bwd") for t in ("device", "host")]
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9), sharex=True)
-    for ax, (mode, timing) in zip(axes.flat, panels, strict=True):
-        chosen = [r for r in _select(rows, mode, timing, op)
-                  if r["status"] == "ok" and r.get("oracle_passed") is not False]  # fmt: skip
+    panels = {}
+    for mode in ("fwd", "bwd"):
+        for timing in ("device", "host"):
+            chosen = [r for r in _select(rows, mode, timing, op)
+                      if r["status"] == "ok" and r.get("oracle_passed") is not False]  # fmt: skip
+            if chosen:
+                panels[mode, timing] = chosen
+    panels = panels or {("fwd", "device"): []}
+    columns = 2 if len(panels) > 1 else 1
+    lines = -(-len(panels) // columns)
+    fig, axes = plt.subplots(lines, columns, figsize=(max(9.0, 6.5 * columns), 4.5 * lines), sharex=True,
+                             squeeze=False)  # fmt: skip
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax, ((mode, timing), chosen) in zip(axes.flat, panels.items(), strict=False):
         for backend in dict.fromkeys(r["backend"] for r in chosen):
             points = defaultdict(list)
             for r in chosen:
@@ -195,9 +206,10 @@ def plot(rows: list[dict], path: str, title: str = "", op: str = "rmsnorm") -> N
         )
         ax.set_ylabel("GB/s (byte model)")
         ax.grid(alpha=0.3)
-    for ax in axes[1]:
+    for ax in axes.flat:
         ax.set_xlabel(axis_label)
-    axes[0][0].legend(fontsize=8)
+        ax.xaxis.set_tick_params(labelbottom=True)
+    axes.flat[0].legend(fontsize=8)
     fig.suptitle(title or "RMSNorm bandwidth (dashed: measured copy ceiling)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -154,6 +154,31 @@ def test_plots_use_the_hidden_size_when_every_shape_has_one_m_times_n():
     assert report.x_axis(rows("narrow") + rows("odd") + rows("large"))[0] == "n"
 
 
+def test_a_forward_only_run_is_plotted_without_empty_panels(tmp_path, monkeypatch):
+    """A run of one mode and timing (the v11 forward check) gets that one panel, not four."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    made = []
+    subplots = plt.subplots
+
+    def recording_subplots(*args, **kwargs):
+        fig, axes = subplots(*args, **kwargs)
+        made.append(axes)
+        return fig, axes
+
+    monkeypatch.setattr(plt, "subplots", recording_subplots)
+    rows = [{"backend": b, "op": "rmsnorm", "m": m, "n": 4096, "dtype": "bf16", "mode": "fwd",
+             "timing": "device", "status": "ok", "gbps": g, "oracle_passed": True}
+            for b, g in (("triton", 3000.0), ("quack", 2900.0)) for m in (512, 1024)]  # fmt: skip
+    path = tmp_path / "plot.png"
+    report.plot(rows, str(path))
+    assert path.stat().st_size > 0
+    (axes,) = made
+    assert axes.shape == (1, 1) and axes[0][0].get_title().startswith("fwd, device-only")
+    assert len(axes[0][0].get_lines()) == 2  # one line a backend
+
+
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="host overhead: CUDA only")
 def test_overhead_reports_host_microseconds_per_call(capsys):
     """python -m harness.overhead: a row per backend and mode, with host and device times, and
