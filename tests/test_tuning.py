@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
 
 from harness.oracle import TOLERANCES, compare, reference
 from impls import get_backend
@@ -58,7 +59,7 @@ def test_candidates_carry_the_keywords_a_launch_takes(kernel_name):
     keywords the untuned launch sets."""
     kernel = getattr(kernels, kernel_name)
     x = torch.empty(4096, 4096)
-    values = {"X": x, "M": 4096, "rows_per_program": 32}
+    values = {"X": x, "W": torch.empty(4096), "M": 4096, "rows_per_program": 32}
     args = tuple(values.get(name, 0) for name in kernel.arg_names)
     block_n = launch.SPLIT_BLOCK_N if "_split_" in kernel_name else 4096
     switches = {k: False for k in ("HAS_RESIDUAL", "HAS_DH_OUT") if k in kernel.arg_names}
@@ -141,6 +142,7 @@ def test_every_candidate_is_compiled_before_the_timing_loop():
     launch._compile_in_parallel(kernel, "rmsnorm_fwd_kernel", grid, args, constexprs, candidates)
     compiled = len(cache)
     assert compiled > before
+    assert all(isinstance(k, triton.compiler.CompiledKernel) for k in cache.values())
     for config in candidates:
         launch_grid, meta = launch._kernel_grid_and_meta("rmsnorm_fwd_kernel", grid,
                                                          {**constexprs, **config})  # fmt: skip
@@ -260,7 +262,7 @@ def test_the_residual_looped_forward_is_tuned_unpipelined_only():
     """Its second pass reads h written by the first (perf log v8): LOOP_STAGES stays 1 there,
     while the plain looped forward tries 1, 2 and 4."""
     kernel = kernels.rmsnorm_fwd_looped_kernel
-    values = {"X": torch.empty(0), "M": 4096}
+    values = {"X": torch.empty(0), "W": torch.empty(0), "M": 4096}
     args = tuple(values.get(name, 0) for name in kernel.arg_names)
     for residual, expected in ((True, {1}), (False, set(launch.NUM_STAGES_CHOICES))):
         constexprs = {"BLOCK_N": launch.WIDE_BLOCK_N, "HAS_RESIDUAL": residual}
@@ -269,27 +271,33 @@ def test_the_residual_looped_forward_is_tuned_unpipelined_only():
 
 
 @pytest.mark.parametrize(
-    "dtype, pipelined_wide_chunks",
-    [(torch.bfloat16, {1, 3, 4}), (torch.float32, {1})],
-    ids=["bf16", "fp32"],
+    "x_dtype, w_dtype, pipelined_wide_chunks",
+    [
+        (torch.bfloat16, torch.bfloat16, {1, 3, 4}),
+        (torch.float32, torch.float32, {1}),
+        (torch.bfloat16, torch.float32, {1, 3}),
+    ],
+    ids=["bf16", "fp32", "bf16-fp32w"],
 )
-def test_the_looped_forward_stages_only_what_fits_the_shared_memory(dtype, pipelined_wide_chunks):
-    """Each of its two passes stages LOOP_STAGES - 1 chunks of x: fp32 16384-wide chunks at 3
-    stages asked the H200 for 256 KB and failed to launch (a compile spent for nothing), so
-    the prune drops them; bf16 ones at 4 stages (192 KB) ran and stay. 4096-wide chunks fit
-    at every stage count."""
+def test_the_looped_forward_stages_only_what_fits_the_shared_memory(
+    x_dtype, w_dtype, pipelined_wide_chunks
+):
+    """LOOP_STAGES - 1 chunks of x and w in flight: fp32 16384-wide chunks at 3 stages asked the
+    H200 for 256 KB and failed to launch (a compile spent for nothing), so the prune drops
+    them; bf16 ones at 4 stages (192 KB) ran and stay; bf16 x with an fp32 w at 4 stages would
+    take 288 KB. 4096-wide chunks fit at every stage count."""
     kernel = kernels.rmsnorm_fwd_looped_kernel
-    x = torch.empty(1, dtype=dtype)
-    values = {"X": x, "M": 4096}
+    x, w = torch.empty(1, dtype=x_dtype), torch.empty(1, dtype=w_dtype)
+    values = {"X": x, "W": w, "M": 4096}
     args = tuple(values.get(name, 0) for name in kernel.arg_names)
     constexprs = {"BLOCK_N": launch.WIDE_BLOCK_N, "HAS_RESIDUAL": False}
     candidates = launch._candidates("rmsnorm_fwd_looped_kernel", args, constexprs)
     stages_by_chunk = {}
     for c in candidates:
         stages_by_chunk.setdefault(c["BLOCK_N"], set()).add(c["LOOP_STAGES"])
-        staged = 2 * (c["LOOP_STAGES"] - 1) * c["BLOCK_N"] * x.element_size()
+        staged = (c["LOOP_STAGES"] - 1) * c["BLOCK_N"] * (x.element_size() + w.element_size())
         assert staged <= launch.PIPELINE_SHARED_BYTES
     assert stages_by_chunk == {
         launch.WIDE_BLOCK_N: set(launch.NUM_STAGES_CHOICES),
-        16384: pipelined_wide_chunks,
+        max(launch.LOOPED_FORWARD_CHUNKS): pipelined_wide_chunks,
     }

@@ -249,7 +249,7 @@ def _prune_looped_forward(configs, named_args, **kwargs):
     wrote in the first, ordered by a barrier for plain loads; asynchronous copies of it are
     left untried until measured correct on a GPU."""
     x, m = named_args["X"], named_args["M"]
-    device = x.device
+    device, w_size = x.device, named_args["W"].element_size()
     enough = next(
         (p for p in PROGRAMS_PER_SM_CHOICES if p * _programs_cap(device) >= m),
         PROGRAMS_PER_SM_CHOICES[-1],
@@ -260,16 +260,17 @@ def _prune_looped_forward(configs, named_args, **kwargs):
         if c.kwargs["PROGRAMS_PER_SM"] <= enough
         and _threads_fit(c.kwargs["BLOCK_N"], c.num_warps, 8, 32)
         and not (kwargs["HAS_RESIDUAL"] and c.kwargs["LOOP_STAGES"] > 1)
-        and _looped_forward_staging(c.kwargs, x.element_size()) <= PIPELINE_SHARED_BYTES
+        and _looped_forward_staging(c.kwargs, x.element_size(), w_size) <= PIPELINE_SHARED_BYTES
     ]
 
 
-def _looped_forward_staging(config: dict, element_size: int) -> int:
-    """Shared memory the looped forward's pipelined loops take: each of its two passes over a
-    row stages LOOP_STAGES - 1 chunks of x (w, read in the second pass, is not staged). On the
-    H200 fp32 16384-wide chunks at 3 stages asked for 262144 bytes (4 x 64 KiB) and failed to
-    launch; bf16 ones at 4 stages (6 x 32 KiB) ran."""
-    return 2 * (config["LOOP_STAGES"] - 1) * config["BLOCK_N"] * element_size
+def _looped_forward_staging(config: dict, x_size: int, w_size: int) -> int:
+    """Shared memory the looped forward's pipelined loops take: LOOP_STAGES - 1 chunks of x and
+    of w in flight (the first pass stages x, the second x and w, in the same buffers). On the
+    H200 fp32 16384-wide chunks at 3 stages asked for 262144 bytes (2 x 16384 x (4 + 4)) and
+    failed to launch; bf16 ones at 4 stages (3 x 16384 x (2 + 2)) ran. Compiled for sm_90
+    (Triton 3.6 and 3.9), bf16 x with an fp32 w at 4 stages takes 3 x 16384 x (2 + 4)."""
+    return (config["LOOP_STAGES"] - 1) * config["BLOCK_N"] * (x_size + w_size)
 
 
 def _prune_warps(configs, named_args, **kwargs):
@@ -340,16 +341,30 @@ def _compile_in_parallel(kernel, kernel_name: str, grid, args: tuple, constexprs
     faster on 2 cores, Triton 3.6 and 3.9). The first call of a shape class compiles up to
     ~100 candidates, one after another without this. A candidate that fails to compile is
     left to the timing loop, which compiles it again and skips it (tuning._UNRUNNABLE)."""
-    threads = min(len(candidates), os.cpu_count() or 1, COMPILE_THREADS)
+    threads = min(len(candidates), _usable_cpus(), COMPILE_THREADS)
     if threads < 2:
         return
-    with (
-        ThreadPoolExecutor(threads) as pool,
-        triton.AsyncCompileMode(pool, ignore_errors=True),
-    ):
-        for config in candidates:
-            launch_grid, meta = _kernel_grid_and_meta(kernel_name, grid, {**constexprs, **config})
-            kernel.warmup(*args, grid=launch_grid, **meta)
+    with ThreadPoolExecutor(threads) as pool:
+        compile_mode = triton.AsyncCompileMode(pool, ignore_errors=True)
+        try:
+            compile_mode.__enter__()
+        except RuntimeError:  # the caller has one open (one per context): compile one by one
+            return
+        try:
+            for config in candidates:
+                launch_grid, meta = _kernel_grid_and_meta(
+                    kernel_name, grid, {**constexprs, **config}
+                )
+                kernel.warmup(*args, grid=launch_grid, **meta)
+        finally:
+            compile_mode.__exit__(None, None, None)  # waits for every compile
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on (its affinity where the OS reports it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 #: RMSNORM_TRITON_AUTOTUNE, read at import (an environment lookup per launch costs host time).
