@@ -189,6 +189,9 @@ def plot(rows: list[dict], path: str, title: str = "", op: str = "rmsnorm") -> N
                              squeeze=False)  # fmt: skip
     for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
+    # one colour per backend on every panel (a panel without some backend keeps the others')
+    backends = dict.fromkeys(r["backend"] for chosen in panels.values() for r in chosen)
+    colours = {backend: f"C{i % 10}" for i, backend in enumerate(backends)}
     for ax, ((mode, timing), chosen) in zip(axes.flat, panels.items(), strict=False):
         for backend in dict.fromkeys(r["backend"] for r in chosen):
             points = defaultdict(list)
@@ -196,7 +199,8 @@ def plot(rows: list[dict], path: str, title: str = "", op: str = "rmsnorm") -> N
                 if r["backend"] == backend:
                     points[r["n"] if axis == "n" else r["m"] * r["n"]].append(r["gbps"])
             xs = sorted(points)
-            ax.plot(xs, [_geomean(points[x]) for x in xs], marker="o", ms=3, label=backend)
+            ax.plot(xs, [_geomean(points[x]) for x in xs], marker="o", ms=3, label=backend,
+                    color=colours[backend])  # fmt: skip
         ceilings = {r.get("ceiling_gbps") for r in chosen if r.get("ceiling_gbps")}
         for c in ceilings:
             ax.axhline(c, color="k", ls="--", lw=0.8)
@@ -209,7 +213,10 @@ def plot(rows: list[dict], path: str, title: str = "", op: str = "rmsnorm") -> N
     for ax in axes.flat:
         ax.set_xlabel(axis_label)
         ax.xaxis.set_tick_params(labelbottom=True)
-    axes.flat[0].legend(fontsize=8)
+    if backends:
+        # every backend of the run, whichever panels it appears on
+        handles = [plt.Line2D([], [], color=colours[b], marker="o", ms=3) for b in backends]
+        axes.flat[0].legend(handles, list(backends), fontsize=8)
     fig.suptitle(title or "RMSNorm bandwidth (dashed: measured copy ceiling)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
