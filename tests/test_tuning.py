@@ -137,15 +137,15 @@ def test_every_candidate_is_compiled_before_the_timing_loop():
     def grid(meta):
         return (launch._tile_programs(m, meta, x.device),)
 
+    launches = [launch._kernel_grid_and_meta("rmsnorm_fwd_kernel", grid, {**constexprs, **c})
+                for c in candidates]  # fmt: skip
     cache = kernel.device_caches[x.get_device()][0]
     before = len(cache)
-    launch._compile_in_parallel(kernel, "rmsnorm_fwd_kernel", grid, args, constexprs, candidates)
+    launch._compile_in_parallel(kernel, args, launches)
     compiled = len(cache)
     assert compiled > before
     assert all(isinstance(k, triton.compiler.CompiledKernel) for k in cache.values())
-    for config in candidates:
-        launch_grid, meta = launch._kernel_grid_and_meta("rmsnorm_fwd_kernel", grid,
-                                                         {**constexprs, **config})  # fmt: skip
+    for launch_grid, meta in launches:
         assert kernel.warmup(*args, grid=launch_grid, **meta) is not None
     assert len(cache) == compiled
 

@@ -320,28 +320,32 @@ def _tuned_config(kernel_name: str, grid, args: tuple, constexprs: dict) -> dict
     """The candidate configuration with the least device time on these arguments
     (tuning.py: CUDA-graph replays over rotating copies, as the harness times backends)."""
     kernel = getattr(kernels, kernel_name)
-    candidates = _candidates(kernel_name, args, constexprs)
-    _compile_in_parallel(kernel, kernel_name, grid, args, constexprs, candidates)
+    # each candidate with its launch grid and keywords, made once for compiling and timing
+    launches = [
+        (config, *_kernel_grid_and_meta(kernel_name, grid, {**constexprs, **config}))
+        for config in _candidates(kernel_name, args, constexprs)
+    ]
+    _compile_in_parallel(kernel, args, [(launch_grid, meta) for _, launch_grid, meta in launches])
 
-    def run(config: dict, launch_args: tuple) -> None:
-        launch_grid, meta = _kernel_grid_and_meta(kernel_name, grid, {**constexprs, **config})
+    def run(launch: tuple, launch_args: tuple) -> None:
+        _config, launch_grid, meta = launch
         kernel[launch_grid](*launch_args, **meta)
 
-    return tuning.fastest(candidates, run, args)
+    return tuning.fastest(launches, run, args)[0]
 
 
 #: Threads compiling a tuning's candidates at once (at most one per CPU core).
 COMPILE_THREADS = 16
 
 
-def _compile_in_parallel(kernel, kernel_name: str, grid, args: tuple, constexprs: dict,
-                         candidates: list[dict]) -> None:  # fmt: skip
-    """Compile every candidate before any is timed, on a thread pool (Triton's
-    AsyncCompileMode; its compiler releases the GIL: 42 forward candidates compiled 1.7-1.8x
-    faster on 2 cores, Triton 3.6 and 3.9). The first call of a shape class compiles up to
-    ~100 candidates, one after another without this. A candidate that fails to compile is
-    left to the timing loop, which compiles it again and skips it (tuning._UNRUNNABLE)."""
-    threads = min(len(candidates), _usable_cpus(), COMPILE_THREADS)
+def _compile_in_parallel(kernel, args: tuple, launches: list[tuple]) -> None:
+    """Compile the kernel for every (grid, launch keywords) in launches before any is timed, on
+    a thread pool (Triton's AsyncCompileMode; its compiler releases the GIL: 42 forward
+    candidates compiled 1.7-1.8x faster on 2 cores, Triton 3.6 and 3.9). The first call of a
+    shape class compiles up to ~100 candidates, one after another without this. A candidate
+    that fails to compile is left to the timing loop, which compiles it again and skips it
+    (tuning._UNRUNNABLE)."""
+    threads = min(len(launches), _usable_cpus(), COMPILE_THREADS)
     if threads < 2:
         return
     with ThreadPoolExecutor(threads) as pool:
@@ -351,10 +355,7 @@ def _compile_in_parallel(kernel, kernel_name: str, grid, args: tuple, constexprs
         except RuntimeError:  # the caller has one open (one per context): compile one by one
             return
         try:
-            for config in candidates:
-                launch_grid, meta = _kernel_grid_and_meta(
-                    kernel_name, grid, {**constexprs, **config}
-                )
+            for launch_grid, meta in launches:
                 kernel.warmup(*args, grid=launch_grid, **meta)
         finally:
             compile_mode.__exit__(None, None, None)  # waits for every compile
