@@ -115,8 +115,9 @@ def _run_forward(repeats, launch_args):
     m = launch_args[0].shape[0]
     for _ in range(repeats):
         kernels.rmsnorm_fwd_kernel[(m,)](
-            *launch_args, BLOCK_M=1, BLOCK_N=4096, HAS_RESIDUAL=False, LOOP_STAGES=1, num_warps=8
-        )
+            *launch_args, BLOCK_M=1, BLOCK_N=4096, HAS_RESIDUAL=False, PERSISTENT=False,
+            LOOP_STAGES=1, num_warps=8,
+        )  # fmt: skip
 
 
 @needs_gpu

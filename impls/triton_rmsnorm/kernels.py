@@ -43,51 +43,73 @@ def rmsnorm_fwd_kernel(
     BLOCK_M: tl.constexpr,  # rows per tile (1 for wide rows, more for narrow ones)
     BLOCK_N: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
+    PERSISTENT: tl.constexpr,  # False: one program per tile; True: programs walk the tiles
     LOOP_STAGES: tl.constexpr,  # software pipelining of the tile loop (see rmsnorm_bwd_kernel)
 ):
     """BLOCK_M whole rows per tile: read x (and r) once, write y (and h) once, one fp32 rstd
     per row. With BLOCK_M = 1 and one program per tile this is the seed design, one program
     per row.
 
-    Programs walk tiles pid, pid + programs, ...: launch.py gives either one program per tile
-    (the loop runs once) or a persistent grid of a few programs per SM, whose loop with
-    LOOP_STAGES >= 3 keeps the next tiles' loads in flight (cp.async into shared memory) while a
-    tile computes, as QuACK stages x through shared memory.
+    One program per tile (PERSISTENT False) runs the tile straight through, with no loop, and
+    loads w after the row's reduction, so that the fp32 w is not live in registers while x is
+    loaded and reduced. Both measured faster on the H200 than a loop that runs once (perf log,
+    v12) and than w loaded first (15-25%, v11).
 
-    w: a pipelined (persistent) program loads it once, before its loop; one program per tile
-    (LOOP_STAGES 1) loads it after the row's reduction, so that the fp32 w is not live in
-    registers while x is loaded and reduced. Loaded first, it cost one program per tile 15-25%
-    on the H200 (1024x2048: 1606 against 1960 GB/s; perf log, v11).
+    A persistent grid of a few programs per SM (PERSISTENT True) walks tiles pid,
+    pid + programs, ...; with LOOP_STAGES >= 3 the loop keeps the next tiles' loads in flight
+    (cp.async into shared memory) while a tile computes, as QuACK stages x through shared
+    memory. Each program loads w once, before its loop.
     """
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    if LOOP_STAGES > 1:
-        w_once = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
-    tiles = (M - 1) // BLOCK_M + 1  # not tl.cdiv: M + BLOCK_M - 1 overflows int32 near 2**31 rows
-    for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), num_stages=LOOP_STAGES):
-        rows = (tile * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)  # int64 row offsets
-        row_mask = rows < M
-        mask = row_mask[:, None] & col_mask[None, :]
+    if PERSISTENT:
+        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
+        tiles = (M - 1) // BLOCK_M + 1  # not tl.cdiv: M + BLOCK_M - 1 overflows int32 near 2**31
+        for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), num_stages=LOOP_STAGES):
+            rows, x, rstd = _fwd_tile_reduce(
+                tile, X, R, H, stride_x_row, stride_r_row, stride_h_row, M, N, eps, cols,
+                BLOCK_M, HAS_RESIDUAL,
+            )  # fmt: skip
+            _fwd_tile_store(Y, RSTD, rows, cols, x, rstd, w, stride_y_row, M, N)
+    else:
+        rows, x, rstd = _fwd_tile_reduce(
+            tl.program_id(0), X, R, H, stride_x_row, stride_r_row, stride_h_row, M, N, eps, cols,
+            BLOCK_M, HAS_RESIDUAL,
+        )  # fmt: skip
+        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
+        _fwd_tile_store(Y, RSTD, rows, cols, x, rstd, w, stride_y_row, M, N)
 
-        x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
-        if HAS_RESIDUAL:
-            r = tl.load(R + rows[:, None] * stride_r_row + cols[None, :], mask=mask, other=0.0)
-            h = (x.to(tl.float32) + r.to(tl.float32)).to(H.dtype.element_ty)
-            tl.store(H + rows[:, None] * stride_h_row + cols[None, :], h, mask=mask)
-            x = h
-        x = x.to(tl.float32)
-        mean_sq = tl.sum(x * x, axis=1) / N
-        rstd = 1.0 / tl.sqrt_rn(mean_sq + eps)
-        if LOOP_STAGES > 1:
-            w = w_once
-        else:
-            w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
-        y = x * rstd[:, None] * w[None, :]
 
-        tl.store(
-            Y + rows[:, None] * stride_y_row + cols[None, :], y.to(Y.dtype.element_ty), mask=mask
-        )
-        tl.store(RSTD + rows, rstd, mask=row_mask)
+@triton.jit
+def _fwd_tile_reduce(
+    tile, X, R, H, stride_x_row, stride_r_row, stride_h_row, M, N, eps, cols,
+    BLOCK_M: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+):  # fmt: skip
+    """rmsnorm_fwd_kernel's first half for one tile: load x (with HAS_RESIDUAL, form, round and
+    write h = x + r, and go on with h), and reduce. Returns the tile's int64 row indices, its
+    rows in fp32 and their rstd."""
+    rows = (tile * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)  # int64 row offsets
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        r = tl.load(R + rows[:, None] * stride_r_row + cols[None, :], mask=mask, other=0.0)
+        h = (x.to(tl.float32) + r.to(tl.float32)).to(H.dtype.element_ty)
+        tl.store(H + rows[:, None] * stride_h_row + cols[None, :], h, mask=mask)
+        x = h
+    x = x.to(tl.float32)
+    mean_sq = tl.sum(x * x, axis=1) / N
+    rstd = 1.0 / tl.sqrt_rn(mean_sq + eps)
+    return rows, x, rstd
+
+
+@triton.jit
+def _fwd_tile_store(Y, RSTD, rows, cols, x, rstd, w, stride_y_row, M, N):
+    """rmsnorm_fwd_kernel's second half for one tile: y = x * rstd * w, rounded once; rstd."""
+    row_mask = rows < M
+    mask = row_mask[:, None] & (cols < N)[None, :]
+    y = x * rstd[:, None] * w[None, :]
+    tl.store(Y + rows[:, None] * stride_y_row + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
 @triton.jit(do_not_specialize=["ROWS_BUCKET"])

@@ -123,9 +123,9 @@ LOOPED_FORWARD_CHUNKS = (WIDE_BLOCK_N, 16384)
 #: ... and without autotuning (about one program per row at the wide preset's shapes).
 HEURISTIC_PROGRAMS_PER_SM = 8
 #: The single-tile forward's grids, as (PROGRAMS_PER_SM, LOOP_STAGES): one program per tile
-#: (PROGRAMS_PER_SM 0, the tile loop runs once), or a persistent grid of that many programs per
-#: SM whose tile loop is software-pipelined (3 or 4 stages; 1 would overlap nothing that more
-#: programs would not). PROGRAMS_PER_SM shapes the grid only: the kernel does not take it.
+#: (PROGRAMS_PER_SM 0, no tile loop), or a persistent grid of that many programs per SM whose
+#: tile loop is software-pipelined (3 or 4 stages; 1 would overlap nothing that more programs
+#: would not). PROGRAMS_PER_SM shapes the grid; the kernel takes only whether it is persistent.
 FORWARD_GRID_CHOICES = ((0, 1), *((p, s) for p in (1, 2, 4) for s in (3, 4)))
 #: Configuration keys that only shape a kernel's grid (launch keywords the kernel does not take).
 _GRID_ONLY_KEYS = {"rmsnorm_fwd_kernel": ("PROGRAMS_PER_SM",)}
@@ -441,7 +441,10 @@ def _kernel_grid_and_meta(kernel_name: str, grid, meta: dict) -> tuple:
     if grid_only is None:
         return grid, meta
     grid = grid(meta) if callable(grid) else grid
-    return grid, {k: v for k, v in meta.items() if k not in grid_only}
+    kernel_meta = {k: v for k, v in meta.items() if k not in grid_only}
+    if kernel_name == "rmsnorm_fwd_kernel":  # the one grid-only key the kernel must know of
+        kernel_meta["PERSISTENT"] = meta["PROGRAMS_PER_SM"] > 0
+    return grid, kernel_meta
 
 
 #: num_stages when a launch does not choose one (Triton's default).
