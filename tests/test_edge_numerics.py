@@ -76,3 +76,23 @@ def test_offsets_beyond_2_to_the_31():
     tol = OURS
     assert compare("y", y[tail], ref.y, torch.bfloat16, tol["y"], n).passed
     assert compare("dx", dx[tail], ref.dx, torch.bfloat16, tol["dx"], n).passed
+
+
+@pytest.mark.skipif(
+    not ON_GPU or torch.cuda.get_device_properties(0).total_memory < 100 * 2**30,
+    reason="needs a CUDA device with >= 100 GiB: 2**31 rows of 8 bf16 take 73 GiB in and out",
+)
+def test_more_than_2_to_the_31_rows():
+    """M > 2**31 narrow rows, forward, no autograd: rows past 2**31 are written and right. The
+    untuned launch runs the single-tile forward one program per tile of 256 rows, so the tile's
+    first row (program id x BLOCK_M) passes 2**31 (the per-tile path once computed it in int32,
+    found in review; not the product's tuned configuration, but a launch it can make)."""
+    n, m = 8, 2**31 + 1000
+    x = torch.empty(m, n, dtype=torch.bfloat16, device="cuda").normal_()
+    w = (1.0 + 0.5 * torch.randn(n)).to(device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        y = rmsnorm(x, w, 1e-5)
+    for rows in (slice(0, 512), slice(2**31 - 512, 2**31 + 512), slice(m - 512, m)):
+        ref = reference(x[rows], w, 1e-5)
+        report = compare("y", y[rows], ref.y, torch.bfloat16, OURS["y"], n)
+        assert report.passed, f"rows {rows}: {report.summary()}"

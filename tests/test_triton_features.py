@@ -206,38 +206,46 @@ def _pipelined_launches(monkeypatch, stages, staged_bytes_per_element):
     return launch
 
 
+@pytest.mark.parametrize("offset", [0.0, 1.0], ids=["llama", "gemma"])
 @pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
 @pytest.mark.parametrize("programs_per_sm", [0, 1], ids=["per-tile", "persistent"])
-def test_single_tile_forward_grids_match_the_oracle(monkeypatch, programs_per_sm, residual):
-    """The single-tile forward's two code paths, launched as the tuner launches them: one
-    program per tile (PERSISTENT False: no tile loop, w loaded after the reduction) and a
-    persistent grid (each program walks several tiles, w loaded once). Under the interpreter
-    _launch always takes a persistent grid, so this is where CI runs the per-tile path.
-    37 rows at 3 rows per tile: the last tile is partial."""
+def test_single_tile_forward_grids_match_the_oracle(monkeypatch, programs_per_sm, residual, offset):
+    """The single-tile forward's two code paths: one program per tile (PERSISTENT False: no
+    tile loop, w loaded after the reduction), as the tuner and the untuned launch run it, and a
+    persistent grid (each program walks several tiles, w loaded once before its loop; here
+    unpipelined, test_pipelined_loops_match_the_oracle runs 3 and 4 stages). Under the
+    interpreter _launch always takes a persistent grid, so this is where CI runs the per-tile
+    path. 37 rows in tiles of 4: 10 tiles, the last one partial; the persistent grid has 2
+    programs of 5 tiles. Outputs start as NaN, so a row left unwritten fails."""
     from harness.oracle import RESIDUAL_SUM_TOLERANCE, reference_residual
     from impls.triton_rmsnorm import kernels, launch
 
-    monkeypatch.setattr(launch, "_programs_cap", lambda device: 2)  # 13 tiles on 2 programs
+    monkeypatch.setattr(launch, "_programs_cap", lambda device: 2)
     m, n, block_m = 37, 1000, 4
     a, b = make_inputs((m, n), torch.bfloat16, DEVICE), make_inputs((m, n), torch.bfloat16, DEVICE)
     x, w = a.x, a.weight
-    r, h = (b.x, torch.empty_like(x)) if residual else (x, x)
-    y, rstd = torch.empty_like(x), torch.empty(m, device=DEVICE, dtype=torch.float32)
-    args = launch._single_tile_forward_args(x, w, y, rstd, r, h, (n,) * 4, a.eps, 0.0)
+
+    def unwritten(like):
+        return torch.full_like(like, float("nan"))
+
+    r, h = (b.x, unwritten(x)) if residual else (x, x)
+    y, rstd = unwritten(x), torch.full((m,), float("nan"), device=DEVICE)
+    args = launch._single_tile_forward_args(x, w, y, rstd, r, h, (n,) * 4, a.eps, offset)
     config = {"BLOCK_M": block_m, "PROGRAMS_PER_SM": programs_per_sm, "LOOP_STAGES": 1}
     grid, meta = launch._kernel_grid_and_meta(
         "rmsnorm_fwd_kernel", lambda meta: (launch._tile_programs(m, meta, x.device),),
         {"BLOCK_N": launch.block_size(n), "HAS_RESIDUAL": residual, **config},
     )  # fmt: skip
     assert meta["PERSISTENT"] == (programs_per_sm > 0) and "PROGRAMS_PER_SM" not in meta
-    assert grid == ((m + block_m - 1) // block_m,) if programs_per_sm == 0 else grid == (2,)
+    assert grid == ((2,) if programs_per_sm else (10,))
     kernels.rmsnorm_fwd_kernel[grid](*args, num_warps=4, num_stages=1, **meta)
 
     # y judged for the h the kernel wrote (the interpreter rounds h toward zero), h on its own
-    ref = reference_residual(x, r, w, a.eps, normalized=h) if residual else None
-    checks = [("y", y, ref.y if residual else reference(x, w, a.eps).y, TOL["y"])]
     if residual:
-        checks.append(("h", h, ref.h, RESIDUAL_SUM_TOLERANCE))
+        ref = reference_residual(x, r, w, a.eps, offset=offset, normalized=h)
+        checks = [("y", y, ref.y, TOL["y"]), ("h", h, ref.h, RESIDUAL_SUM_TOLERANCE)]
+    else:
+        checks = [("y", y, reference(x, w, a.eps, offset=offset).y, TOL["y"])]
     for name, got, want, tol in checks:
         report = compare(name, got, want, torch.bfloat16, tol, n)
         assert report.passed, report.summary()

@@ -72,8 +72,9 @@ def rmsnorm_fwd_kernel(
             )  # fmt: skip
             _fwd_tile_store(Y, RSTD, rows, cols, x, rstd, w, stride_y_row, M, N)
     else:
+        tile = tl.program_id(0).to(tl.int64)  # tile * BLOCK_M passes 2**31 for M >= 2**31 rows
         rows, x, rstd = _fwd_tile_reduce(
-            tl.program_id(0), X, R, H, stride_x_row, stride_r_row, stride_h_row, M, N, eps, cols,
+            tile, X, R, H, stride_x_row, stride_r_row, stride_h_row, M, N, eps, cols,
             BLOCK_M, HAS_RESIDUAL,
         )  # fmt: skip
         w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
@@ -88,7 +89,9 @@ def _fwd_tile_reduce(
     """rmsnorm_fwd_kernel's first half for one tile: load x (with HAS_RESIDUAL, form, round and
     write h = x + r, and go on with h), and reduce. Returns the tile's int64 row indices, its
     rows in fp32 and their rstd."""
-    rows = (tile * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)  # int64 row offsets
+    # tile is int64 (one program per tile) or the tile loop's index, which has M's width: in
+    # int32 (M < 2**31), tile * BLOCK_M + BLOCK_M - 1 stays below 2**31 (BLOCK_M divides 2**31)
+    rows = (tile * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
     x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
     if HAS_RESIDUAL:

@@ -436,13 +436,14 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> dict:
 
 def _kernel_grid_and_meta(kernel_name: str, grid, meta: dict) -> tuple:
     """(grid, launch keywords) for the kernel: a configuration's grid-only keys
-    (_GRID_ONLY_KEYS) are read by the grid function, then left out of the launch."""
+    (_GRID_ONLY_KEYS) are read by the grid function, then left out of the launch; the
+    single-tile forward gets PERSISTENT (PROGRAMS_PER_SM > 0) in their place."""
     grid_only = _GRID_ONLY_KEYS.get(kernel_name)
     if grid_only is None:
         return grid, meta
     grid = grid(meta) if callable(grid) else grid
     kernel_meta = {k: v for k, v in meta.items() if k not in grid_only}
-    if kernel_name == "rmsnorm_fwd_kernel":  # the one grid-only key the kernel must know of
+    if kernel_name == "rmsnorm_fwd_kernel":
         kernel_meta["PERSISTENT"] = meta["PROGRAMS_PER_SM"] > 0
     return grid, kernel_meta
 

@@ -44,7 +44,8 @@ def fixed_config(block_m: int, num_warps: int):
             kernels.rmsnorm_fwd_kernel[(launch.cdiv(m, block_m),)](
                 x, w, y, rstd, x, x, x.stride(0), y.stride(0), x.stride(0), x.stride(0), m, n,
                 1e-6, 0.0, m.bit_length(), BLOCK_M=block_m, BLOCK_N=launch.block_size(n),
-                HAS_RESIDUAL=False, LOOP_STAGES=1, num_warps=num_warps, num_stages=1,
+                HAS_RESIDUAL=False, PERSISTENT=False, LOOP_STAGES=1, num_warps=num_warps,
+                num_stages=1,
             )  # fmt: skip
             return y
 

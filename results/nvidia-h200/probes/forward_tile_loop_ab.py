@@ -10,14 +10,17 @@ This times, in one process with the tuner's timer (CUDA-graph replays over rotat
 v11's per-tile kernel (below, as it was at fbd0ce2af1a5) against today's per-tile path, at
 the same configurations: BLOCK_M 1, 2 or 4 (more than 1 only in tiles of at most 16384
 elements) x num_warps in {2, 4, 8, 16, 32}, bf16, no residual. Each variant's best configuration is what its tuner
-would keep. Each configuration is timed twice, interleaved; the better time counts.
+would keep (approximately: the tuner's BLOCK_M and warps choices are pruned differently).
+Each configuration is timed twice, interleaved, once in each order; the better time counts.
 
 Run from the repository root on a GPU:
     PYTHONPATH=. python results/nvidia-h200/probes/forward_tile_loop_ab.py out.json
 
 Its run at 7b5ddc8ee89b (2026-11-30-7b5ddc8ee89b-forward-tile-loop-ab.txt) stopped at its last
-shape, 2048x32768, which its configuration filter then left without BLOCK_M 1; the filter is
-fixed since, and that shape not yet timed.
+shape, 2048x32768, which its configuration filter then left without BLOCK_M 1, and so wrote no
+JSON. Fixed since, not yet rerun: the filter, the JSON (now written after each shape), the
+variants' order (v11 first in both repetitions then; now alternated) and the timing stream
+(now ordered after the rotating copies).
 """
 
 import json
@@ -77,20 +80,21 @@ def main(out_path: str) -> None:
         y, rstd = torch.empty_like(x), torch.empty(m, device="cuda")
         args = launch._single_tile_forward_args(x, w, y, rstd, x, x, (n,) * 4, 1e-6, 0.0)
         arg_sets = tuning.rotating_arguments(args, l2)
+        stream.wait_stream(torch.cuda.current_stream())  # the inputs and their copies are made
         block_n = triton.next_power_of_2(n)
         # BLOCK_M 1 always (wide rows), more rows only up to 16384-element tiles; >= 2 per thread
         configs = [(bm, warps) for bm in (1, 2, 4) if bm == 1 or bm * block_n <= 16384
                    for warps in WARPS if bm * block_n >= 32 * warps * 2]  # fmt: skip
         times = {}
-        for _rep in range(2):
+        for rep in range(2):
             for bm, warps in configs:
                 common = dict(BLOCK_M=bm, BLOCK_N=block_n, HAS_RESIDUAL=False, LOOP_STAGES=1,
                               num_warps=warps, num_stages=1)  # fmt: skip
-                variants = {
-                    "v11": (v11_kernel, common),
-                    "v12": (kernels.rmsnorm_fwd_kernel, {**common, "PERSISTENT": False}),
-                }
-                for name, (kernel, meta) in variants.items():
+                variants = [
+                    ("v11", v11_kernel, common),
+                    ("v12", kernels.rmsnorm_fwd_kernel, {**common, "PERSISTENT": False}),
+                ]
+                for name, kernel, meta in variants[:: 1 if rep == 0 else -1]:  # both orders
                     grid = (launch.cdiv(m, bm),)
 
                     def run(a, kernel=kernel, grid=grid, meta=meta):
@@ -121,9 +125,9 @@ def main(out_path: str) -> None:
         (g11, c11), (g12, c12) = best["v11"], best["v12"]
         print(f"{m:5d}x{n:5d}  {g11:6.0f} (BLOCK_M {c11[0]}, {c11[1]:2d}w)  "
               f"{g12:6.0f} (BLOCK_M {c12[0]}, {c12[1]:2d}w)  {g12 / g11:.3f}", flush=True)  # fmt: skip
-    with open(out_path, "w") as f:
-        json.dump({"gpu": torch.cuda.get_device_name(), "triton": triton.__version__,
-                   "rows": rows}, f, indent=0)  # fmt: skip
+        with open(out_path, "w") as f:  # rewritten after each shape: a cut run keeps its rows
+            json.dump({"gpu": torch.cuda.get_device_name(), "triton": triton.__version__,
+                       "rows": rows}, f, indent=0)  # fmt: skip
 
 
 if __name__ == "__main__":

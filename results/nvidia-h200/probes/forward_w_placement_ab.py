@@ -8,6 +8,10 @@ one process with the tuner's timer, three kernels on each shape's per-tile and p
 picks: v8's kernel (one program per tile only), today's, and today's with w loaded inside the
 loop after the reduction (v8's order). bf16, no residual.
 
+"today" is the kernel of the checkout it runs in: at 11199f13b75e (its results) v9's, with w
+loaded before the tile loop; since v12 (7b5ddc8ee89b) the kernel takes PERSISTENT, and its
+per-tile path is loop-free with w after the reduction.
+
 Run from the repository root on a GPU:
     PYTHONPATH=. python results/nvidia-h200/probes/forward_w_placement_ab.py out.json
 """
@@ -88,13 +92,14 @@ def main(out_path: str) -> None:
                             dict(BLOCK_M=tile_m, BLOCK_N=block_n, num_warps=tile_warps)),
             "today per tile": (kernels.rmsnorm_fwd_kernel, today, per_tile_grid,
                                dict(BLOCK_M=tile_m, BLOCK_N=block_n, HAS_RESIDUAL=False,
-                                    LOOP_STAGES=1, num_warps=tile_warps, num_stages=1)),
+                                    PERSISTENT=False, LOOP_STAGES=1, num_warps=tile_warps,
+                                    num_stages=1)),
             "w in loop per tile": (w_in_loop_kernel, mine, per_tile_grid,
                                    dict(BLOCK_M=tile_m, BLOCK_N=block_n, LOOP_STAGES=1,
                                         num_warps=tile_warps, num_stages=1)),
             "today persistent": (kernels.rmsnorm_fwd_kernel, today, pers_grid,
                                  dict(BLOCK_M=pers_m, BLOCK_N=block_n, HAS_RESIDUAL=False,
-                                      LOOP_STAGES=stages, num_warps=pers_warps,
+                                      PERSISTENT=True, LOOP_STAGES=stages, num_warps=pers_warps,
                                       num_stages=stages)),
             "w in loop persistent": (w_in_loop_kernel, mine, pers_grid,
                                      dict(BLOCK_M=pers_m, BLOCK_N=block_n, LOOP_STAGES=stages,
