@@ -127,8 +127,6 @@ HEURISTIC_PROGRAMS_PER_SM = 8
 #: tile loop is software-pipelined (3 or 4 stages; 1 would overlap nothing that more programs
 #: would not). PROGRAMS_PER_SM shapes the grid; the kernel takes only whether it is persistent.
 FORWARD_GRID_CHOICES = ((0, 1), *((p, s) for p in (1, 2, 4) for s in (3, 4)))
-#: Configuration keys that only shape a kernel's grid (launch keywords the kernel does not take).
-_GRID_ONLY_KEYS = {"rmsnorm_fwd_kernel": ("PROGRAMS_PER_SM",)}
 
 
 #: Kernels whose loops are software-pipelined through a LOOP_STAGES constexpr (tl.range's
@@ -435,16 +433,14 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> dict:
 
 
 def _kernel_grid_and_meta(kernel_name: str, grid, meta: dict) -> tuple:
-    """(grid, launch keywords) for the kernel: a configuration's grid-only keys
-    (_GRID_ONLY_KEYS) are read by the grid function, then left out of the launch; the
-    single-tile forward gets PERSISTENT (PROGRAMS_PER_SM > 0) in their place."""
-    grid_only = _GRID_ONLY_KEYS.get(kernel_name)
-    if grid_only is None:
+    """(grid, launch keywords) for the kernel. The single-tile forward's PROGRAMS_PER_SM is read
+    by its grid function and reaches the kernel only as PERSISTENT (PROGRAMS_PER_SM > 0); every
+    other kernel launches its configuration as it is."""
+    if kernel_name != "rmsnorm_fwd_kernel":
         return grid, meta
     grid = grid(meta) if callable(grid) else grid
-    kernel_meta = {k: v for k, v in meta.items() if k not in grid_only}
-    if kernel_name == "rmsnorm_fwd_kernel":
-        kernel_meta["PERSISTENT"] = meta["PROGRAMS_PER_SM"] > 0
+    kernel_meta = {k: v for k, v in meta.items() if k != "PROGRAMS_PER_SM"}
+    kernel_meta["PERSISTENT"] = meta["PROGRAMS_PER_SM"] > 0
     return grid, kernel_meta
 
 
