@@ -221,7 +221,7 @@ def forward_shape(m, n, stream, l2):
     # the forward's best configuration of each variant, then the consumer reading y
     with_consumer = {}
     consumer_warps = max(1, min(16, block_n // 512))
-    for name, (us, config) in best.items():
+    for name, (_us, config) in best.items():
         meta = next(me for c, *_, me in entries[name] if c == config)
         grid = next(g for c, _, _, g, _ in entries[name] if c == config)
 
