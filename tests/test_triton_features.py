@@ -254,6 +254,52 @@ def test_single_tile_forward_grids_match_the_oracle(monkeypatch, programs_per_sm
     torch.testing.assert_close(rstd, want_rstd, rtol=1e-5, atol=0)
 
 
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize("programs_per_sm", [0, 1], ids=["per-tile", "persistent"])
+def test_contiguous_rows_take_constant_strides(monkeypatch, programs_per_sm, residual):
+    """The single-tile forward with ROWS_CONTIGUOUS (the row strides replaced by the constant
+    N) writes the same bits as with the strides passed, on the same values laid out in rows
+    24 elements apart; and the launch path sets the switch exactly when every row stride is N."""
+    from impls.triton_rmsnorm import kernels, launch
+
+    monkeypatch.setattr(launch, "_programs_cap", lambda device: 2)
+    m, n, block_m = 37, 1000, 4
+    a, b = make_inputs((m, n), torch.bfloat16, DEVICE), make_inputs((m, n), torch.bfloat16, DEVICE)
+
+    def spaced(t):  # t's values in rows 24 elements apart
+        wide = torch.zeros((m, n + 24), dtype=t.dtype, device=t.device)
+        wide[:, :n] = t
+        return wide[:, :n]
+
+    outputs = []
+    for contiguous in (True, False):
+        x = a.x if contiguous else spaced(a.x)
+        r = (b.x if contiguous else spaced(b.x)) if residual else x
+        h = (torch.empty_like(a.x) if contiguous else spaced(a.x)) if residual else x
+        y = torch.empty_like(a.x) if contiguous else spaced(a.x)
+        rstd = torch.empty((m,), device=DEVICE)
+        strides = (x.stride(0), y.stride(0), r.stride(0), h.stride(0))
+        args = launch._single_tile_forward_args(x, a.weight, y, rstd, r, h, strides, a.eps, 0.0)
+        config = {"BLOCK_M": block_m, "PROGRAMS_PER_SM": programs_per_sm, "LOOP_STAGES": 1}
+        grid, meta = launch._kernel_grid_and_meta(
+            "rmsnorm_fwd_kernel", lambda meta: (launch._tile_programs(m, meta, DEVICE),),
+            {"BLOCK_N": launch.block_size(n), "HAS_RESIDUAL": residual,
+             "ROWS_CONTIGUOUS": contiguous, **config},
+        )  # fmt: skip
+        kernels.rmsnorm_fwd_kernel[grid](*args, num_warps=4, num_stages=1, **meta)
+        outputs.append((y.contiguous(), rstd, h.contiguous()))
+    for got, want in zip(outputs[0], outputs[1], strict=True):
+        assert torch.equal(got, want)
+
+    launched = []
+    monkeypatch.setattr(
+        launch, "_note_launch", lambda kernel, grid, args, meta, config=None: launched.append(meta)
+    )
+    for x, contiguous in ((a.x, True), (spaced(a.x), False)):
+        launch.rmsnorm_forward(x, a.weight, a.eps, residual=b.x if residual else None)
+        assert launched.pop()["ROWS_CONTIGUOUS"] is contiguous
+
+
 @pytest.mark.parametrize("stages", [3, 4])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=lambda d: DTYPE_NAMES[d])
 @pytest.mark.parametrize("shape", list(_PIPELINED_CASES), ids=lambda s: "x".join(map(str, s)))

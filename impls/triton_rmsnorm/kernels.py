@@ -36,7 +36,7 @@ def rmsnorm_fwd_kernel(
     stride_r_row,
     stride_h_row,
     M,
-    N,
+    N: tl.constexpr,  # a compile-time constant (see below)
     eps,
     offset,  # added to the weight: 0.0, or 1.0 for Gemma
     ROWS_BUCKET,  # bit length of M: part of the autotuning key only, unused here
@@ -45,6 +45,7 @@ def rmsnorm_fwd_kernel(
     HAS_RESIDUAL: tl.constexpr,
     PERSISTENT: tl.constexpr,  # False: one program per tile; True: programs walk the tiles
     LOOP_STAGES: tl.constexpr,  # software pipelining of the tile loop (see rmsnorm_bwd_kernel)
+    ROWS_CONTIGUOUS: tl.constexpr = False,  # every row stride is N: the strides are ignored
 ):
     """BLOCK_M whole rows per tile: read x (and r) once, write y (and h) once, one fp32 rstd
     per row. With BLOCK_M = 1 and one program per tile this is the seed design, one program
@@ -59,7 +60,17 @@ def rmsnorm_fwd_kernel(
     pid + programs, ...; with LOOP_STAGES >= 3 the loop keeps the next tiles' loads in flight
     (cp.async into shared memory) while a tile computes, as QuACK stages x through shared
     memory. Each program loads w once, before its loop.
+
+    N is a compile-time constant, and so are the row strides when ROWS_CONTIGUOUS: a power-of-two
+    N's column mask folds away and the divisions by N and the row offsets become constant
+    arithmetic. Measured 1-4% faster per tile than runtime N and strides on the H200 (perf log,
+    v13); the cost is a binary per hidden size rather than per padded width.
     """
+    if ROWS_CONTIGUOUS:
+        stride_x_row = N
+        stride_y_row = N
+        stride_r_row = N
+        stride_h_row = N
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
     if PERSISTENT:

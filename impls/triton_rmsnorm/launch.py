@@ -650,6 +650,7 @@ def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset,
         "rmsnorm_fwd_kernel", lambda meta: (_tile_programs(m, meta, x.device),),
         *_single_tile_forward_args(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset),
         dtypes=(x.dtype, weight.dtype, y.dtype), BLOCK_N=block_size(n), HAS_RESIDUAL=has_residual,
+        ROWS_CONTIGUOUS=all(stride == n for stride in strides),
     )  # fmt: skip
 
 
@@ -662,7 +663,8 @@ def _tile_programs(m: int, meta: dict, device: torch.device) -> int:
 
 
 def _single_tile_forward_args(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset) -> tuple:
-    """rmsnorm_fwd_kernel's arguments before its constexprs (launch and replay share them)."""
+    """rmsnorm_fwd_kernel's leading arguments, up to ROWS_BUCKET (launch and replay share
+    them); N among them is a constexpr, passed by position like the rest."""
     m, n = x.shape
     return (x, weight, y, rstd, r_arg, h_arg, *strides, m, n, eps, offset, m.bit_length())
 
