@@ -121,6 +121,24 @@ def test_constexpr_arguments_key_on_their_value():
     assert _key(64, constexpr=True) != _key(128, constexpr=True)
 
 
+def test_trailing_parameters_left_out_take_their_defaults():
+    """A launch's meta may leave out a defaulted constexpr (the single-tile forward's
+    ROWS_CONTIGUOUS): the direct launch and a Replay pass its default, as Triton's binder
+    does; a parameter with no default and no value is a clear error."""
+    from impls.triton_rmsnorm import kernels
+
+    kernel = kernels.rmsnorm_fwd_kernel
+    leading = kernel.arg_names.index("ROWS_BUCKET") + 1
+    meta = {"BLOCK_M": 1, "BLOCK_N": 64, "HAS_RESIDUAL": False, "PERSISTENT": False,
+            "LOOP_STAGES": 1}  # fmt: skip
+    assert direct._trailing(kernel, leading, meta) == [1, 64, False, False, 1, False]
+    assert direct._trailing(kernel, leading, {**meta, "ROWS_CONTIGUOUS": True})[-1] is True
+    replay = direct.Replay(kernel, None, (1,), meta, leading)
+    assert replay.tail == (1, 64, False, False, 1, False)
+    with pytest.raises(TypeError, match="no value for parameter BLOCK_N"):
+        direct._trailing(kernel, leading, {k: v for k, v in meta.items() if k != "BLOCK_N"})
+
+
 def test_unsupported_argument_type_is_an_error():
     with pytest.raises(TypeError, match="unsupported argument type"):
         _key("a string")

@@ -257,9 +257,10 @@ def test_single_tile_forward_grids_match_the_oracle(monkeypatch, programs_per_sm
 @pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
 @pytest.mark.parametrize("programs_per_sm", [0, 1], ids=["per-tile", "persistent"])
 def test_contiguous_rows_take_constant_strides(monkeypatch, programs_per_sm, residual):
-    """The single-tile forward with ROWS_CONTIGUOUS (the row strides replaced by the constant
-    N) writes the same bits as with the strides passed, on the same values laid out in rows
-    24 elements apart; and the launch path sets the switch exactly when every row stride is N."""
+    """With ROWS_CONTIGUOUS the single-tile forward replaces the row strides it is passed by the
+    constant N: given wrong strides (N + 24) on contiguous rows it writes the same bits as
+    without the switch on the same values laid out N + 24 apart. The launch path sets the
+    switch exactly when every row stride (x, y, and with a residual r and h) is N."""
     from impls.triton_rmsnorm import kernels, launch
 
     monkeypatch.setattr(launch, "_programs_cap", lambda device: 2)
@@ -271,14 +272,22 @@ def test_contiguous_rows_take_constant_strides(monkeypatch, programs_per_sm, res
         wide[:, :n] = t
         return wide[:, :n]
 
+    def packed(t):  # t's values in contiguous rows at the start of a spaced layout's memory, so
+        # that a kernel wrongly following the passed strides stays in bounds and reads wrong rows
+        memory = torch.zeros(m * (n + 24), dtype=t.dtype, device=t.device)
+        memory[: m * n] = t.reshape(-1)
+        return memory[: m * n].view(m, n)
+
     outputs = []
     for contiguous in (True, False):
-        x = a.x if contiguous else spaced(a.x)
-        r = (b.x if contiguous else spaced(b.x)) if residual else x
-        h = (torch.empty_like(a.x) if contiguous else spaced(a.x)) if residual else x
-        y = torch.empty_like(a.x) if contiguous else spaced(a.x)
+        layout = packed if contiguous else spaced
+        x = layout(a.x)
+        r = layout(b.x) if residual else x
+        h = layout(torch.zeros_like(a.x)) if residual else x
+        y = layout(torch.zeros_like(a.x))
         rstd = torch.empty((m,), device=DEVICE)
-        strides = (x.stride(0), y.stride(0), r.stride(0), h.stride(0))
+        # the switch must ignore the strides passed: pass the spaced layout's on contiguous rows
+        strides = (n + 24,) * 4
         args = launch._single_tile_forward_args(x, a.weight, y, rstd, r, h, strides, a.eps, 0.0)
         config = {"BLOCK_M": block_m, "PROGRAMS_PER_SM": programs_per_sm, "LOOP_STAGES": 1}
         grid, meta = launch._kernel_grid_and_meta(
@@ -287,16 +296,22 @@ def test_contiguous_rows_take_constant_strides(monkeypatch, programs_per_sm, res
              "ROWS_CONTIGUOUS": contiguous, **config},
         )  # fmt: skip
         kernels.rmsnorm_fwd_kernel[grid](*args, num_warps=4, num_stages=1, **meta)
-        outputs.append((y.contiguous(), rstd, h.contiguous()))
+        outputs.append((y.contiguous(), rstd, h.contiguous()) if residual else (y, rstd))
     for got, want in zip(outputs[0], outputs[1], strict=True):
-        assert torch.equal(got, want)
+        assert torch.equal(got.contiguous(), want.contiguous())
+    ref = reference(a.x, a.weight, a.eps).y if not residual else None
+    if ref is not None:  # and the bits are right, not merely equal
+        assert compare("y", outputs[0][0], ref, torch.bfloat16, TOL["y"], n).passed
 
     launched = []
     monkeypatch.setattr(
         launch, "_note_launch", lambda kernel, grid, args, meta, config=None: launched.append(meta)
     )
-    for x, contiguous in ((a.x, True), (spaced(a.x), False)):
-        launch.rmsnorm_forward(x, a.weight, a.eps, residual=b.x if residual else None)
+    layouts = [(a.x, b.x, True), (spaced(a.x), spaced(b.x), False)]
+    if residual:  # one strided tensor is enough to clear the switch
+        layouts += [(a.x, spaced(b.x), False), (spaced(a.x), b.x, False)]
+    for x, r, contiguous in layouts:
+        launch.rmsnorm_forward(x, a.weight, a.eps, residual=r if residual else None)
         assert launched.pop()["ROWS_CONTIGUOUS"] is contiguous
 
 

@@ -232,6 +232,26 @@ def test_tuning_with_a_stride_0_gradient_pending_work_and_a_side_stream(monkeypa
 
 
 @needs_gpu
+def test_contiguous_and_strided_rows_share_one_tuning(monkeypatch):
+    """The forward's binary depends on whether every row stride is N (ROWS_CONTIGUOUS), its
+    best configuration does not: rows strided after contiguous ones of the same shape reuse
+    the tuning (no second key), and both match the oracle."""
+    monkeypatch.setattr(launch, "_AUTOTUNE", True)
+    monkeypatch.setattr(launch, "_TUNED", {})
+    w = torch.randn(2048, device=DEVICE, dtype=torch.bfloat16)
+    contiguous = torch.randn(512, 2048, device=DEVICE, dtype=torch.bfloat16)
+    strided = torch.randn(512, 2048 + 64, device=DEVICE, dtype=torch.bfloat16)[:, :2048]
+    with torch.no_grad():
+        outputs = [rmsnorm(contiguous, w)]
+        keys = set(launch._TUNED)
+        outputs.append(rmsnorm(strided, w))
+    assert {key[0] for key in keys} == {"rmsnorm_fwd_kernel"} and set(launch._TUNED) == keys
+    for x, y in zip((contiguous, strided), outputs, strict=True):
+        report = compare("y", y, reference(x, w, 1e-6).y, x.dtype, OURS["y"], 2048)
+        assert report.passed, report.summary()
+
+
+@needs_gpu
 def test_an_untuned_shape_inside_a_capture_is_a_clear_error(monkeypatch):
     """From a cold process state (nothing tuned, the heuristic binary never loaded), a capture
     that meets a new shape raises, and leaves CUDA usable: the next call outside the capture

@@ -29,6 +29,8 @@ proton read them) and under the interpreter (there is no compiled kernel).
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 
 import torch
@@ -137,11 +139,32 @@ def _always_tritons_path(*args):
     return None
 
 
+@functools.cache
+def _parameters(kernel) -> tuple[tuple[str, object], ...]:
+    """(name, default) of each of the kernel's parameters (inspect.Parameter.empty: none), from
+    its Python function (compiled and interpreted kernels alike)."""
+    return tuple((p.name, p.default) for p in inspect.signature(kernel.fn).parameters.values())
+
+
+def _trailing(kernel, num_args: int, meta: dict) -> list:
+    """The kernel's parameters after its num_args leading ones: from meta, else their defaults,
+    as Triton's binder fills them (a caller may leave out a defaulted constexpr)."""
+    values = []
+    for name, default in _parameters(kernel)[num_args:]:
+        if name in meta:
+            values.append(meta[name])
+        elif default is not inspect.Parameter.empty:
+            values.append(default)
+        else:
+            raise TypeError(f"{kernel.fn.__name__}: no value for parameter {name}")
+    return values
+
+
 def launch(kernel, grid, args: tuple, meta: dict, device_index: int) -> None:
     """kernel[grid](*args, **meta), through the cached compiled kernel when there is one.
 
-    kernel: a @triton.jit function; args: its leading parameters, positionally; meta: every
-    later parameter by name (defaults are not filled in), plus num_warps and num_stages;
+    kernel: a @triton.jit function; args: its leading parameters, positionally; meta: the
+    later parameters by name (those left out take their defaults), plus num_warps and num_stages;
     grid: a tuple, or a function of meta (as Triton's); device_index: the current CUDA device,
     where x lives (the caller made it current).
     """
@@ -188,7 +211,7 @@ def launch(kernel, grid, args: tuple, meta: dict, device_index: int) -> None:
         None,
         None,
         *args,
-        *[meta[name] for name in kernel.arg_names[len(args) :]],
+        *_trailing(kernel, len(args), meta),
     )
 
 
@@ -221,7 +244,7 @@ class Replay:
     def __init__(self, kernel, compiled, grid: tuple, meta: dict, num_args: int):
         self.kernel, self.compiled, self.meta = kernel, compiled, meta
         self.grid = (*grid, 1, 1)[:3]
-        self.tail = tuple(meta[name] for name in kernel.arg_names[num_args:])
+        self.tail = tuple(_trailing(kernel, num_args, meta))
 
     def __call__(self, device_index: int, *args) -> None:
         global replayed_launches

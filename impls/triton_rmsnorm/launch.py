@@ -384,6 +384,10 @@ def heuristic_num_warps(tile: int) -> int:
 #: (kernel, dtypes, launch switches, N, M's bit length, device) -> the tuner's choice as launch
 #: keywords: each key is tuned once per process (tuning.py).
 _TUNED: dict[tuple, dict] = {}
+#: Launch switches that change a kernel's binary but not which configuration suits it: left out
+#: of the tuning key, so contiguous and strided rows of one shape share one tuning (each layout
+#: still compiles its own binary at its first launch).
+_LAYOUT_SWITCHES = frozenset({"ROWS_CONTIGUOUS"})
 
 
 def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> dict:
@@ -409,7 +413,7 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> dict:
         key = (
             kernel_name,
             dtypes,
-            *kwargs.values(),
+            *(value for name, value in kwargs.items() if name not in _LAYOUT_SWITCHES),
             *(args[i] for i in _KEY_POSITIONS[kernel_name]),
             args[0].get_device(),  # GPUs of different models tune apart
         )
