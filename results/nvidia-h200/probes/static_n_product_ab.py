@@ -15,8 +15,13 @@ residual, device-only (the tuner's timer), in one process:
 Each configuration timed twice, the variants in one order then the other, the better kept. The
 GB/s is of the best configuration of each variant (the tuner would pick about that one).
 
-Run from the repository root on a GPU:
-    PYTHONPATH=. python results/nvidia-h200/probes/static_n_product_ab.py out.json
+Each shape also reports how many output elements of the best configurations differ between the
+variants (a constant N divides by the correctly rounded 1/N, a runtime one by the hardware's
+approximate reciprocal: the last bit of mean(x^2) may differ for N not a power of two).
+
+Run from the repository root on a GPU (fwd, bwd or both; the forward alone compiles ~2200
+configurations and times each twice, several minutes):
+    PYTHONPATH=. python results/nvidia-h200/probes/static_n_product_ab.py out.json fwd
 """
 
 import json
@@ -144,30 +149,50 @@ def _time(variants: dict, arg_sets, stream) -> dict:
     return times
 
 
-def _report(kind, m, n, times, bytes_moved, rows, out_path, result):
+def _best(times: dict) -> dict:
     best = {}
     for (name, key), us in times.items():
         if name not in best or us < best[name][0]:
             best[name] = (us, key)
-    names = list(best)
-    base = best[names[0]][0]
+    return best
+
+
+def _differences(variants: dict, best: dict, args: tuple, outputs: dict) -> dict:
+    """Each variant's best configuration run once on args: how many elements of each output
+    differ from the first variant's (N as a constant divides by a correctly rounded 1/N, a
+    runtime N by the hardware's approximate reciprocal: the last bit may differ)."""
+    results = []
+    for name, (kernel, launches) in variants.items():
+        _, grid, meta = next(entry for entry in launches if entry[0] == best[name][1])
+        for out in outputs.values():
+            out.fill_(float("nan"))
+        kernel[grid](*args, **meta)
+        results.append({name: out.clone() for name, out in outputs.items()})
+    first, second = results
+    return {name: int((first[name] != second[name]).sum()) for name in outputs}
+
+
+def _report(kind, m, n, times, differing, bytes_moved, rows, out_path, result):
+    best = _best(times)
+    base = best[next(iter(best))][0]
     cells = "  ".join(f"{k}: {bytes_moved / 1e3 / us:5.0f} {c} {base / us:.3f}"
                       for k, (us, c) in best.items())  # fmt: skip
-    print(f"{kind} {m:6d}x{n:5d}  {cells}", flush=True)
+    print(f"{kind} {m:6d}x{n:5d}  {cells}  elements differing: {differing}", flush=True)
     rows.append({"m": m, "n": n, "best": {k: {"us": us, "config": c} for k, (us, c) in best.items()},
+                 "elements_differing": differing,
                  "times_us": {f"{k[0]} {k[1]}": v for k, v in times.items()}})  # fmt: skip
     with open(out_path, "w") as f:  # rewritten after each shape
         json.dump(result, f, indent=0)
 
 
-def main(out_path: str) -> None:
+def main(out_path: str, parts: str = "fwd,bwd") -> None:
     stream = torch.cuda.Stream()
     l2 = tuning.l2_bytes(0)
     result = {"gpu": torch.cuda.get_device_name(), "triton": triton.__version__,
               "forward": [], "backward": []}  # fmt: skip
     print("GB/s of each variant's best configuration (key: the configuration); ratio to the"
           " first", flush=True)  # fmt: skip
-    for m, n in FORWARD_SHAPES:
+    for m, n in FORWARD_SHAPES if "fwd" in parts else []:
         x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
         y, rstd = torch.empty_like(x), torch.empty(m, device="cuda")
@@ -191,8 +216,9 @@ def main(out_path: str) -> None:
             )
         variants = {"v12": (v12_fwd_kernel, v12), "v13": (kernels.rmsnorm_fwd_kernel, v13)}
         times = _time(variants, arg_sets, stream)
-        _report("fwd", m, n, times, 2 * m * n * 2, result["forward"], out_path, result)
-    for m, n in BACKWARD_SHAPES:
+        differing = _differences(variants, _best(times), args, {"y": y, "rstd": rstd})
+        _report("fwd", m, n, times, differing, 2 * m * n * 2, result["forward"], out_path, result)
+    for m, n in BACKWARD_SHAPES if "bwd" in parts else []:
         x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
         dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
@@ -212,8 +238,9 @@ def main(out_path: str) -> None:
         variants = {"runtime N": (kernels.rmsnorm_bwd_kernel, runtime),
                     "N constexpr": (static_n_bwd_kernel, static)}  # fmt: skip
         times = _time(variants, arg_sets, stream)
-        _report("bwd", m, n, times, 3 * m * n * 2, result["backward"], out_path, result)
+        differing = _differences(variants, _best(times), args, {"dx": dx, "dw partials": partial})
+        _report("bwd", m, n, times, differing, 3 * m * n * 2, result["backward"], out_path, result)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])
