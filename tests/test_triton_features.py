@@ -176,7 +176,8 @@ def _stages_fit(kernel_name, config, block_n, stages, staged_bytes_per_element):
 
     if kernel_name != "rmsnorm_fwd_kernel":
         return True
-    staged = (stages - 1) * config["BLOCK_M"] * block_n * staged_bytes_per_element
+    staged = launch.tile_loop_staging({**config, "LOOP_STAGES": stages}, block_n,
+                                      staged_bytes_per_element)  # fmt: skip
     return staged <= launch.PIPELINE_SHARED_BYTES
 
 
@@ -206,6 +207,26 @@ def _pipelined_launches(monkeypatch, stages, staged_bytes_per_element):
     return launch
 
 
+#: The direct single-tile forward tests' shape: 37 rows in tiles of 4, 10 tiles, the last one
+#: partial; with _programs_cap patched to 2, a persistent grid has 2 programs of 5 tiles.
+_TILE_TEST_M, _TILE_TEST_N, _TILE_TEST_BLOCK_M = 37, 1000, 4
+
+
+def _launch_single_tile_forward(args, programs_per_sm, residual, **switches):
+    """rmsnorm_fwd_kernel launched directly at _TILE_TEST_BLOCK_M rows a tile, unpipelined,
+    through launch._kernel_grid_and_meta as the product launches it; returns (grid, meta)."""
+    from impls.triton_rmsnorm import kernels, launch
+
+    m, n = _TILE_TEST_M, _TILE_TEST_N
+    config = {"BLOCK_M": _TILE_TEST_BLOCK_M, "PROGRAMS_PER_SM": programs_per_sm, "LOOP_STAGES": 1}
+    grid, meta = launch._kernel_grid_and_meta(
+        "rmsnorm_fwd_kernel", lambda meta: (launch._tile_programs(m, meta, DEVICE),),
+        {"BLOCK_N": launch.block_size(n), "HAS_RESIDUAL": residual, **switches, **config},
+    )  # fmt: skip
+    kernels.rmsnorm_fwd_kernel[grid](*args, num_warps=4, num_stages=1, **meta)
+    return grid, meta
+
+
 @pytest.mark.parametrize("offset", [0.0, 1.0], ids=["llama", "gemma"])
 @pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
 @pytest.mark.parametrize("programs_per_sm", [0, 1], ids=["per-tile", "persistent"])
@@ -218,10 +239,10 @@ def test_single_tile_forward_grids_match_the_oracle(monkeypatch, programs_per_sm
     path. 37 rows in tiles of 4: 10 tiles, the last one partial; the persistent grid has 2
     programs of 5 tiles. Outputs start as NaN, so a row left unwritten fails."""
     from harness.oracle import RESIDUAL_SUM_TOLERANCE, reference_residual
-    from impls.triton_rmsnorm import kernels, launch
+    from impls.triton_rmsnorm import launch
 
     monkeypatch.setattr(launch, "_programs_cap", lambda device: 2)
-    m, n, block_m = 37, 1000, 4
+    m, n = _TILE_TEST_M, _TILE_TEST_N
     a, b = make_inputs((m, n), torch.bfloat16, DEVICE), make_inputs((m, n), torch.bfloat16, DEVICE)
     x, w = a.x, a.weight
 
@@ -231,14 +252,9 @@ def test_single_tile_forward_grids_match_the_oracle(monkeypatch, programs_per_sm
     r, h = (b.x, unwritten(x)) if residual else (x, x)
     y, rstd = unwritten(x), torch.full((m,), float("nan"), device=DEVICE)
     args = launch._single_tile_forward_args(x, w, y, rstd, r, h, (n,) * 4, a.eps, offset)
-    config = {"BLOCK_M": block_m, "PROGRAMS_PER_SM": programs_per_sm, "LOOP_STAGES": 1}
-    grid, meta = launch._kernel_grid_and_meta(
-        "rmsnorm_fwd_kernel", lambda meta: (launch._tile_programs(m, meta, x.device),),
-        {"BLOCK_N": launch.block_size(n), "HAS_RESIDUAL": residual, **config},
-    )  # fmt: skip
+    grid, meta = _launch_single_tile_forward(args, programs_per_sm, residual)
     assert meta["PERSISTENT"] == (programs_per_sm > 0) and "PROGRAMS_PER_SM" not in meta
     assert grid == ((2,) if programs_per_sm else (10,))
-    kernels.rmsnorm_fwd_kernel[grid](*args, num_warps=4, num_stages=1, **meta)
 
     # y judged for the h the kernel wrote (the interpreter rounds h toward zero), h on its own
     if residual:
@@ -261,10 +277,10 @@ def test_contiguous_rows_take_constant_strides(monkeypatch, programs_per_sm, res
     constant N: given wrong strides (N + 24) on contiguous rows it writes the same bits as
     without the switch on the same values laid out N + 24 apart. The launch path sets the
     switch exactly when every row stride (x, y, and with a residual r and h) is N."""
-    from impls.triton_rmsnorm import kernels, launch
+    from impls.triton_rmsnorm import launch
 
     monkeypatch.setattr(launch, "_programs_cap", lambda device: 2)
-    m, n, block_m = 37, 1000, 4
+    m, n = _TILE_TEST_M, _TILE_TEST_N
     a, b = make_inputs((m, n), torch.bfloat16, DEVICE), make_inputs((m, n), torch.bfloat16, DEVICE)
 
     def spaced(t):  # t's values in rows 24 elements apart
@@ -289,13 +305,7 @@ def test_contiguous_rows_take_constant_strides(monkeypatch, programs_per_sm, res
         # the switch must ignore the strides passed: pass the spaced layout's on contiguous rows
         strides = (n + 24,) * 4
         args = launch._single_tile_forward_args(x, a.weight, y, rstd, r, h, strides, a.eps, 0.0)
-        config = {"BLOCK_M": block_m, "PROGRAMS_PER_SM": programs_per_sm, "LOOP_STAGES": 1}
-        grid, meta = launch._kernel_grid_and_meta(
-            "rmsnorm_fwd_kernel", lambda meta: (launch._tile_programs(m, meta, DEVICE),),
-            {"BLOCK_N": launch.block_size(n), "HAS_RESIDUAL": residual,
-             "ROWS_CONTIGUOUS": contiguous, **config},
-        )  # fmt: skip
-        kernels.rmsnorm_fwd_kernel[grid](*args, num_warps=4, num_stages=1, **meta)
+        _launch_single_tile_forward(args, programs_per_sm, residual, ROWS_CONTIGUOUS=contiguous)
         outputs.append((y.contiguous(), rstd, h.contiguous()) if residual else (y, rstd))
     for got, want in zip(outputs[0], outputs[1], strict=True):
         assert torch.equal(got.contiguous(), want.contiguous())

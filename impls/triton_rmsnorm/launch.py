@@ -228,13 +228,19 @@ def _prune_tiles(kernel_name: str):
 PIPELINE_SHARED_BYTES = 200 * 1024
 
 
+def tile_loop_staging(config: dict, block_n: int, bytes_per_element: int) -> int:
+    """Shared memory the single-tile forward's pipelined tile loop takes: LOOP_STAGES - 1 tiles
+    in flight, bytes_per_element per tile element (x's size, twice with a residual's r)."""
+    return (config["LOOP_STAGES"] - 1) * config["BLOCK_M"] * block_n * bytes_per_element
+
+
 def _persistent_grid_loops(config: dict, named_args: dict, block_n: int, inputs: int) -> bool:
     """A config without a persistent grid, or one whose programs get more than one tile and
     whose staged tiles (inputs tensors of X's dtype) fit PIPELINE_SHARED_BYTES."""
     if config.get("PROGRAMS_PER_SM", 0) == 0:
         return True
     x, m = named_args["X"], named_args["M"]
-    staged = (config["LOOP_STAGES"] - 1) * config["BLOCK_M"] * block_n * x.element_size() * inputs
+    staged = tile_loop_staging(config, block_n, x.element_size() * inputs)
     programs = _tile_programs(m, config, x.device)  # the grid the launch would get
     return programs < cdiv(m, config["BLOCK_M"]) and staged <= PIPELINE_SHARED_BYTES
 
