@@ -30,6 +30,7 @@ import sys
 import torch
 import triton
 import triton.language as tl
+from ab_timing import best_of, count_differences, time_variants
 
 from impls.triton_rmsnorm import kernels, launch, tuning
 
@@ -125,55 +126,8 @@ BACKWARD_SHAPES = [(512, 2048), (4096, 4096), (4096, 8192), (8192, 4095), (8192,
                    (16384, 8192), (32768, 1024), (262144, 128)]  # fmt: skip
 
 
-def _time(variants: dict, arg_sets, stream) -> dict:
-    """variants: name -> (kernel, [(config key, grid, meta)]); best of two interleaved passes
-    per (name, config key)."""
-    for kernel, launches in variants.values():
-        launch._compile_in_parallel(kernel, arg_sets[0], [(g, me) for _, g, me in launches])
-    stream.wait_stream(torch.cuda.current_stream())
-    times = {}
-    for rep in range(2):
-        for name, (kernel, launches) in list(variants.items())[:: 1 if rep == 0 else -1]:
-            for key, grid, meta in launches:
-
-                def run(a, kernel=kernel, grid=grid, meta=meta):
-                    kernel[grid](*a, **meta)
-
-                try:
-                    us = tuning._median_ms(run, arg_sets, stream) * 1e3
-                except Exception as error:  # an unrunnable configuration does not end the probe
-                    print(name, key, type(error).__name__, str(error)[:120], flush=True)
-                    us = float("inf")
-                torch.cuda.current_stream().wait_stream(stream)
-                times[(name, key)] = min(times.get((name, key), float("inf")), us)
-    return times
-
-
-def _best(times: dict) -> dict:
-    best = {}
-    for (name, key), us in times.items():
-        if name not in best or us < best[name][0]:
-            best[name] = (us, key)
-    return best
-
-
-def _differences(variants: dict, best: dict, args: tuple, outputs: dict) -> dict:
-    """Each variant's best configuration run once on args: how many elements of each output
-    differ from the first variant's (N as a constant divides by a correctly rounded 1/N, a
-    runtime N by the hardware's approximate reciprocal: the last bit may differ)."""
-    results = []
-    for name, (kernel, launches) in variants.items():
-        _, grid, meta = next(entry for entry in launches if entry[0] == best[name][1])
-        for out in outputs.values():
-            out.fill_(float("nan"))
-        kernel[grid](*args, **meta)
-        results.append({name: out.clone() for name, out in outputs.items()})
-    first, second = results
-    return {name: int((first[name] != second[name]).sum()) for name in outputs}
-
-
 def _report(kind, m, n, times, differing, bytes_moved, rows, out_path, result):
-    best = _best(times)
+    best = best_of(times)
     base = best[next(iter(best))][0]
     cells = "  ".join(f"{k}: {bytes_moved / 1e3 / us:5.0f} {c} {base / us:.3f}"
                       for k, (us, c) in best.items())  # fmt: skip
@@ -215,8 +169,8 @@ def main(out_path: str, parts: str = "fwd,bwd") -> None:
                 (key, launch_grid, {k: v for k, v in meta.items() if k != "ROWS_CONTIGUOUS"})
             )
         variants = {"v12": (v12_fwd_kernel, v12), "v13": (kernels.rmsnorm_fwd_kernel, v13)}
-        times = _time(variants, arg_sets, stream)
-        differing = _differences(variants, _best(times), args, {"y": y, "rstd": rstd})
+        times = time_variants(variants, arg_sets, stream)
+        differing = count_differences(variants, best_of(times), args, {"y": y, "rstd": rstd})
         _report("fwd", m, n, times, differing, 2 * m * n * 2, result["forward"], out_path, result)
     for m, n in BACKWARD_SHAPES if "bwd" in parts else []:
         x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
@@ -237,8 +191,10 @@ def main(out_path: str, parts: str = "fwd,bwd") -> None:
             static.append((key, (programs,), {**constexprs, **config, "ROWS_CONTIGUOUS": True}))
         variants = {"runtime N": (kernels.rmsnorm_bwd_kernel, runtime),
                     "N constexpr": (static_n_bwd_kernel, static)}  # fmt: skip
-        times = _time(variants, arg_sets, stream)
-        differing = _differences(variants, _best(times), args, {"dx": dx, "dw partials": partial})
+        times = time_variants(variants, arg_sets, stream)
+        differing = count_differences(
+            variants, best_of(times), args, {"dx": dx, "dw partials": partial}
+        )
         _report("bwd", m, n, times, differing, 3 * m * n * 2, result["backward"], out_path, result)
 
 

@@ -1,0 +1,57 @@
+"""Shared by the A/B probes: time each variant over its candidate configurations, pick each
+variant's best, and count the output elements in which the variants' best configurations differ.
+
+Timing is the product tuner's own (tuning._median_ms: a CUDA graph over rotating inputs, device
+time only), each configuration twice, the variants in one order then the other, the better kept.
+"""
+
+import torch
+
+from impls.triton_rmsnorm import launch, tuning
+
+
+def time_variants(variants: dict, arg_sets, stream) -> dict:
+    """variants: name -> (kernel, [(config key, grid, meta)]); best of two interleaved passes
+    per (name, config key)."""
+    for kernel, launches in variants.values():
+        launch._compile_in_parallel(kernel, arg_sets[0], [(g, me) for _, g, me in launches])
+    stream.wait_stream(torch.cuda.current_stream())
+    times = {}
+    for rep in range(2):
+        for name, (kernel, launches) in list(variants.items())[:: 1 if rep == 0 else -1]:
+            for key, grid, meta in launches:
+
+                def run(a, kernel=kernel, grid=grid, meta=meta):
+                    kernel[grid](*a, **meta)
+
+                try:
+                    us = tuning._median_ms(run, arg_sets, stream) * 1e3
+                except Exception as error:  # an unrunnable configuration does not end the probe
+                    print(name, key, type(error).__name__, str(error)[:120], flush=True)
+                    us = float("inf")
+                torch.cuda.current_stream().wait_stream(stream)
+                times[(name, key)] = min(times.get((name, key), float("inf")), us)
+    return times
+
+
+def best_of(times: dict) -> dict:
+    best = {}
+    for (name, key), us in times.items():
+        if name not in best or us < best[name][0]:
+            best[name] = (us, key)
+    return best
+
+
+def count_differences(variants: dict, best: dict, args: tuple, outputs: dict) -> dict:
+    """Each variant run once on args at the configuration best names for it: how many elements
+    of each output differ from the first variant's. Outputs are filled with NaN before each run,
+    so an element a variant leaves unwritten counts as differing."""
+    results = []
+    for name, (kernel, launches) in variants.items():
+        _, grid, meta = next(entry for entry in launches if entry[0] == best[name][1])
+        for out in outputs.values():
+            out.fill_(float("nan"))
+        kernel[grid](*args, **meta)
+        results.append({name: out.clone() for name, out in outputs.items()})
+    first, second = results
+    return {name: int((first[name] != second[name]).sum()) for name in outputs}
