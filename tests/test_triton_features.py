@@ -391,3 +391,60 @@ def test_pipelined_loops_with_a_residual(monkeypatch, stages, shape):
     forward = launched["rmsnorm_fwd_kernel"]
     if _stages_fit("rmsnorm_fwd_kernel", forward, launch.block_size(shape[1]), stages, 2 * 2):
         assert forward["LOOP_STAGES"] == stages
+
+
+def test_wide_single_tile_backward_holds_storage_form_on_a_gpu_only(monkeypatch):
+    """The backward's HOLD_STORAGE_FORM (inline PTX in its second pass) is asked for from a
+    16384-wide tile on, never under the interpreter, which cannot run inline PTX; and the
+    single-tile backward's launch passes that decision to the kernel."""
+    from impls.triton_rmsnorm import launch
+
+    widest = launch.BACKWARD_SINGLE_TILE_MAX_N
+    monkeypatch.setattr(launch, "interpreting", lambda: True)
+    assert not launch.backward_holds_storage_form(widest)
+    monkeypatch.setattr(launch, "interpreting", lambda: False)
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert launch.backward_holds_storage_form(widest)
+    assert not launch.backward_holds_storage_form(widest // 2)
+    monkeypatch.setattr(torch.version, "hip", "6.0")
+    assert not launch.backward_holds_storage_form(widest)
+    monkeypatch.setattr(torch.version, "hip", None)
+
+    launched = []
+    monkeypatch.setattr(launch, "_launch", lambda name, grid, *args, **kw: launched.append(kw))
+    for n in (widest // 2, widest // 2 + 1, widest):
+        x = torch.empty(4, n, dtype=torch.bfloat16)
+        launch._backward_single_tile(x, x, x[0], torch.empty(4), 0.0, x, x, False)
+    assert [kw["HOLD_STORAGE_FORM"] for kw in launched] == [False, True, True]
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="HOLD_STORAGE_FORM runs on a GPU only (inline PTX)")
+@pytest.mark.parametrize(
+    "shape, x_dtype, w_dtype",
+    [
+        ((64, 16384), torch.bfloat16, torch.bfloat16),
+        ((64, 16384), torch.float16, torch.float16),
+        ((64, 16384), torch.float32, torch.float32),
+        ((37, 12289), torch.bfloat16, torch.bfloat16),  # masked tail, rows not 16-byte aligned
+        ((37, 12289), torch.float16, torch.float32),
+        ((300, 16384), torch.bfloat16, torch.float32),  # several rows a program
+    ],
+    ids=["bf16-64x16384", "fp16-64x16384", "fp32-64x16384", "bf16-37x12289",
+         "fp16-fp32w-37x12289", "bf16-fp32w-300x16384"],
+)  # fmt: skip
+def test_wide_single_tile_backward_holding_storage_form_matches_the_oracle(shape, x_dtype, w_dtype):
+    from impls.triton_rmsnorm import launch
+
+    assert launch.backward_holds_storage_form(launch.block_size(shape[1]))
+    inputs = make_inputs(shape, x_dtype, DEVICE)
+    _assert_matches_oracle(inputs.x, inputs.weight.to(w_dtype), inputs.dy)
+    assert "rmsnorm_bwd_kernel" in launch.take_launch_configs()
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="HOLD_STORAGE_FORM runs on a GPU only (inline PTX)")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=lambda d: DTYPE_NAMES[d])
+def test_wide_single_tile_backward_holding_storage_form_with_a_residual(dtype):
+    """The gradient arriving on h (HAS_DH_OUT) added in the held-storage-form backward."""
+    from tests.test_residual import _check
+
+    _check((41, 16384), dtype)

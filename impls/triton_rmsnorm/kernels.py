@@ -150,6 +150,7 @@ def rmsnorm_bwd_kernel(
     BLOCK_N: tl.constexpr,
     HAS_DH_OUT: tl.constexpr,
     LOOP_STAGES: tl.constexpr,  # software pipelining of the row loop (1: none; see below)
+    HOLD_STORAGE_FORM: tl.constexpr = False,  # wide rows on a GPU only (inline PTX; see below)
 ):
     """Each program walks a contiguous chunk of rows, BLOCK_M rows per step, and owns one fp32
     dw accumulator.
@@ -165,6 +166,13 @@ def rmsnorm_bwd_kernel(
         dw = sum over rows of dy * x_hat
     dx and the dw contribution come from the same loads of x and dy; rstd is read back, not
     recomputed. No atomics: the caller sums the [programs, N] partials once.
+
+    A step makes two passes over its rows, mean(g * x_hat) and then dx and dw, and between them
+    holds x and dy upcast to fp32 beside w and the accumulator: at BLOCK_N = 16384 that spills
+    (ptxas, sm_90: 168 bytes at 16 warps, 104 at 32). With HOLD_STORAGE_FORM it holds them as
+    loaded (half the registers for 16-bit dtypes; no spills) and the second pass upcasts them
+    again, through inline PTX so that the compiler cannot merge the two conversions and keep
+    the fp32 values live after all. The arithmetic is the same on the same values.
     """
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
@@ -180,15 +188,20 @@ def rmsnorm_bwd_kernel(
         rows = block_start + tl.arange(0, BLOCK_M)
         row_mask = rows < row_end
         mask = row_mask[:, None] & col_mask[None, :]
-        x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
-        dy = tl.load(DY + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0)
-        x = x.to(tl.float32)
-        dy = dy.to(tl.float32)
+        x_loaded = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
+        dy_loaded = tl.load(
+            DY + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0
+        )
+        dy = dy_loaded.to(tl.float32)
         rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
 
-        x_hat = x * rstd[:, None]
+        x_hat = x_loaded.to(tl.float32) * rstd[:, None]
         g = w[None, :] * dy
         mean_gx = tl.sum(g * x_hat, axis=1) / N
+        if HOLD_STORAGE_FORM:  # second pass: from the values as loaded, upcast again
+            x_hat = _upcast_opaque(x_loaded) * rstd[:, None]
+            dy = _upcast_opaque(dy_loaded)
+            g = w[None, :] * dy
         dx = (g - x_hat * mean_gx[:, None]) * rstd[:, None]
         if HAS_DH_OUT:
             dh = tl.load(
@@ -204,6 +217,26 @@ def rmsnorm_bwd_kernel(
         dw_acc += dy * x_hat
 
     tl.store(DW_PARTIAL + pid.to(tl.int64) * N + cols, tl.sum(dw_acc, axis=0), mask=col_mask)
+
+
+@triton.jit
+def _upcast_opaque(v):
+    """v upcast to fp32 in inline PTX for 16-bit dtypes (two values a 32-bit register), which
+    the compiler cannot merge with another conversion of v; fp32 passes through. NVIDIA only,
+    and not under the interpreter."""
+    if v.dtype == tl.bfloat16:  # a bf16 is the top half of its fp32
+        out = tl.inline_asm_elementwise(
+            "shl.b32 $0, $2, 16; and.b32 $1, $2, 0xFFFF0000;", "=r,=r,r", [v],
+            dtype=tl.float32, is_pure=False, pack=2,
+        )  # fmt: skip
+    elif v.dtype == tl.float16:
+        out = tl.inline_asm_elementwise(
+            "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.f32.f16 $0, lo; cvt.f32.f16 $1, hi; }",
+            "=r,=r,r", [v], dtype=tl.float32, is_pure=False, pack=2,
+        )  # fmt: skip
+    else:
+        out = v.to(tl.float32)
+    return out
 
 
 # ---- wide rows: N above what one tile holds in registers --------------------------------------

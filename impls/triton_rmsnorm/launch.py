@@ -40,6 +40,12 @@ SINGLE_TILE_MAX_N = 65536
 #: the looped backward ran ~2.1 TB/s at N = 131072 and 262144 (docs/perf-log.md, v1; heuristic
 #: launch configs, the looped path at 32768-65536 itself not yet measured).
 BACKWARD_SINGLE_TILE_MAX_N = 16384
+#: From this tile width on, the single-tile backward holds x and dy as loaded between its two
+#: passes (rmsnorm_bwd_kernel's HOLD_STORAGE_FORM). At 16384 it spilled without that and ran
+#: 1.28-1.38x faster with it on the H200 (bf16 and fp16, 2048-8192 rows); at N <= 8192 it ran
+#: 0.97-1.02x, so narrower tiles keep the plain kernel
+#: (results/nvidia-h200/probes/2026-11-30-83f69ecd04db-backward-raw-held-ab.txt).
+BACKWARD_HOLD_STORAGE_FORM_FROM_BLOCK_N = 16384
 #: Chunk width of the looped (wide-row) kernels.
 WIDE_BLOCK_N = 4096
 #: Chunk width of the split kernels (wide rows, fewer of them than SMs): one program per
@@ -777,9 +783,20 @@ def _backward_single_tile(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: b
         *_single_tile_backward_args(dy, x, weight, rstd, offset, dx, dh_arg, dw_partial,
                                     rows_per_program),
         dtypes=(x.dtype, weight.dtype, dy.dtype, dh_arg.dtype), BLOCK_N=block_size(n),
-        HAS_DH_OUT=has_dh_out,
+        HAS_DH_OUT=has_dh_out, HOLD_STORAGE_FORM=backward_holds_storage_form(block_size(n)),
     )  # fmt: skip
     return dw_partial
+
+
+def backward_holds_storage_form(block_n: int) -> bool:
+    """Whether the single-tile backward at this tile width holds x and dy as loaded between its
+    passes: wide tiles, on an NVIDIA GPU (the second pass upcasts through inline PTX, which
+    neither the interpreter nor ROCm runs)."""
+    return (
+        block_n >= BACKWARD_HOLD_STORAGE_FORM_FROM_BLOCK_N
+        and not interpreting()
+        and torch.version.hip is None
+    )
 
 
 def _single_tile_backward_grid(m: int, device: torch.device) -> tuple[int, int]:
