@@ -169,10 +169,14 @@ def rmsnorm_bwd_kernel(
 
     A step makes two passes over its rows, mean(g * x_hat) and then dx and dw, and between them
     holds x and dy upcast to fp32 beside w and the accumulator: at BLOCK_N = 16384 that spills
-    (ptxas, sm_90: 168 bytes at 16 warps, 104 at 32). With HOLD_STORAGE_FORM it holds them as
-    loaded (half the registers for 16-bit dtypes; no spills) and the second pass upcasts them
-    again, through inline PTX so that the compiler cannot merge the two conversions and keep
-    the fp32 values live after all. The arithmetic is the same on the same values.
+    (ptxas, Triton 3.6, sm_90, bf16: 168 bytes at 16 warps, 104 at 32). With HOLD_STORAGE_FORM
+    it holds them as loaded (half the registers for 16-bit dtypes) and the second pass upcasts
+    them again, through inline PTX so that the compiler cannot merge the two conversions and
+    keep the fp32 values live after all. At 16384 that ends the spills for bf16 and cuts them
+    for fp16 (48-72 bytes, from 100-204), with a residual's gradient (48, from 192) and with one
+    of x and dy in fp32. Same formulas on the same values: dw is bitwise the plain kernel's; dx
+    may differ in its last bit, since the compiler contracts g - x_hat * mean into a different
+    fma once g is recomputed.
     """
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
@@ -223,7 +227,8 @@ def rmsnorm_bwd_kernel(
 def _upcast_opaque(v):
     """v upcast to fp32 in inline PTX for 16-bit dtypes (two values a 32-bit register), which
     the compiler cannot merge with another conversion of v; fp32 passes through. NVIDIA only,
-    and not under the interpreter."""
+    and not under the interpreter. is_pure=False on purpose: a pure asm may be hoisted back next
+    to the load, where it would keep the fp32 values live again."""
     if v.dtype == tl.bfloat16:  # a bf16 is the top half of its fp32
         out = tl.inline_asm_elementwise(
             "shl.b32 $0, $2, 16; and.b32 $1, $2, 0xFFFF0000;", "=r,=r,r", [v],

@@ -40,11 +40,12 @@ SINGLE_TILE_MAX_N = 65536
 #: the looped backward ran ~2.1 TB/s at N = 131072 and 262144 (docs/perf-log.md, v1; heuristic
 #: launch configs, the looped path at 32768-65536 itself not yet measured).
 BACKWARD_SINGLE_TILE_MAX_N = 16384
-#: From this tile width on, the single-tile backward holds x and dy as loaded between its two
-#: passes (rmsnorm_bwd_kernel's HOLD_STORAGE_FORM). At 16384 it spilled without that and ran
-#: 1.28-1.38x faster with it on the H200 (bf16 and fp16, 2048-8192 rows); at N <= 8192 it ran
-#: 0.97-1.02x, so narrower tiles keep the plain kernel
-#: (results/nvidia-h200/probes/2026-11-30-83f69ecd04db-backward-raw-held-ab.txt).
+#: From this tile width on, the single-tile backward holds 16-bit x and dy as loaded between its
+#: two passes (rmsnorm_bwd_kernel's HOLD_STORAGE_FORM). At N = 16384 it spilled without that and
+#: ran 1.28-1.38x faster with it on the H200 (bf16 and fp16, 2048-8192 rows); at N <= 8192 it
+#: ran 0.97-1.02x, so narrower tiles keep the plain kernel
+#: (results/nvidia-h200/probes/2026-11-30-83f69ecd04db-backward-raw-held-ab.txt). Measured at
+#: N = 16384 only; N = 8193-16383 share its tile width and take it too.
 BACKWARD_HOLD_STORAGE_FORM_FROM_BLOCK_N = 16384
 #: Chunk width of the looped (wide-row) kernels.
 WIDE_BLOCK_N = 4096
@@ -776,24 +777,28 @@ def _backward_launch(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) 
 
 def _backward_single_tile(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool):
     m, n = x.shape
+    block_n = block_size(n)
     programs, rows_per_program = _single_tile_backward_grid(m, x.device)
     dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
     _launch(
         "rmsnorm_bwd_kernel", (programs,),
         *_single_tile_backward_args(dy, x, weight, rstd, offset, dx, dh_arg, dw_partial,
                                     rows_per_program),
-        dtypes=(x.dtype, weight.dtype, dy.dtype, dh_arg.dtype), BLOCK_N=block_size(n),
-        HAS_DH_OUT=has_dh_out, HOLD_STORAGE_FORM=backward_holds_storage_form(block_size(n)),
+        dtypes=(x.dtype, weight.dtype, dy.dtype, dh_arg.dtype), BLOCK_N=block_n,
+        HAS_DH_OUT=has_dh_out,
+        HOLD_STORAGE_FORM=backward_holds_storage_form(block_n, x.dtype, dy.dtype),
     )  # fmt: skip
     return dw_partial
 
 
-def backward_holds_storage_form(block_n: int) -> bool:
-    """Whether the single-tile backward at this tile width holds x and dy as loaded between its
-    passes: wide tiles, on an NVIDIA GPU (the second pass upcasts through inline PTX, which
-    neither the interpreter nor ROCm runs)."""
+def backward_holds_storage_form(block_n: int, x_dtype: torch.dtype, dy_dtype: torch.dtype) -> bool:
+    """Whether the single-tile backward holds x and dy as loaded between its passes: wide tiles
+    with x or dy in a 16-bit dtype (fp32 ones gain nothing: the same code, a second binary), on
+    an NVIDIA GPU (the second pass upcasts through inline PTX, which neither the interpreter nor
+    ROCm runs)."""
     return (
         block_n >= BACKWARD_HOLD_STORAGE_FORM_FROM_BLOCK_N
+        and (x_dtype.itemsize == 2 or dy_dtype.itemsize == 2)
         and not interpreting()
         and torch.version.hip is None
     )

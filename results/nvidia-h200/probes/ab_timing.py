@@ -43,9 +43,11 @@ def best_of(times: dict) -> dict:
 
 
 def count_differences(variants: dict, best: dict, args: tuple, outputs: dict) -> dict:
-    """Each variant run once on args at the configuration best names for it: how many elements
-    of each output differ from the first variant's. Outputs are filled with NaN before each run,
-    so an element a variant leaves unwritten counts as differing."""
+    """Exactly two variants, each run once on args at the configuration best names for it: how
+    many elements of each output differ between them. Outputs are filled with NaN before each
+    run, so an element a variant leaves unwritten counts as differing."""
+    if len(variants) != 2:
+        raise ValueError(f"count_differences compares two variants, got {len(variants)}")
     results = []
     for name, (kernel, launches) in variants.items():
         _, grid, meta = next(entry for entry in launches if entry[0] == best[name][1])

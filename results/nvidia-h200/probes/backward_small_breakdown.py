@@ -33,7 +33,9 @@ SHAPES = [(512, 2048), (1024, 2048), (2048, 2048), (512, 4096), (1024, 4096), (5
 
 
 def _main_run(config, n, programs, rows_per_program):
-    meta = {"BLOCK_N": triton.next_power_of_2(n), "HAS_DH_OUT": False, **config}
+    block_n = triton.next_power_of_2(n)
+    held = launch.backward_holds_storage_form(block_n, torch.bfloat16, torch.bfloat16)
+    meta = {"BLOCK_N": block_n, "HAS_DH_OUT": False, "HOLD_STORAGE_FORM": held, **config}
 
     def run(a):
         dy, x, w, rstd, dx, dw, partial = a

@@ -1,0 +1,151 @@
+"""The single-tile backward holding x and dy as loaded between its passes (HOLD_STORAGE_FORM,
+16384-wide tiles): when the launch asks for it, that its inline PTX compiles for sm_90 (on any
+machine), and on a GPU its numerics, against the oracle and against the plain kernel."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.inputs import make_inputs
+from impls.triton_rmsnorm import launch
+from tests.cases import DTYPE_NAMES
+from tests.conftest import DEVICE
+from tests.test_triton_features import _assert_matches_oracle
+
+WIDEST = launch.BACKWARD_SINGLE_TILE_MAX_N
+HELD_ON_THIS_GPU = DEVICE == "cuda" and torch.version.hip is None
+needs_nvidia_gpu = pytest.mark.skipif(
+    not HELD_ON_THIS_GPU, reason="HOLD_STORAGE_FORM runs on NVIDIA GPUs only (inline PTX)"
+)
+
+
+def test_launch_asks_for_it_at_wide_16_bit_tiles_on_nvidia_gpus_only(monkeypatch):
+    """The decision: 16384-wide tiles with x or dy 16-bit, never under the interpreter or on
+    ROCm; and the single-tile backward's launch passes it to the kernel."""
+    bf16, fp32 = torch.bfloat16, torch.float32
+    monkeypatch.setattr(launch, "interpreting", lambda: True)
+    assert not launch.backward_holds_storage_form(WIDEST, bf16, bf16)
+    monkeypatch.setattr(launch, "interpreting", lambda: False)
+    monkeypatch.setattr(torch.version, "hip", "6.0")
+    assert not launch.backward_holds_storage_form(WIDEST, bf16, bf16)
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert launch.backward_holds_storage_form(WIDEST, bf16, bf16)
+    assert launch.backward_holds_storage_form(WIDEST, fp32, torch.float16)
+    assert not launch.backward_holds_storage_form(WIDEST, fp32, fp32)
+    assert not launch.backward_holds_storage_form(WIDEST // 2, bf16, bf16)
+
+    launched = []
+    monkeypatch.setattr(launch, "_launch", lambda name, grid, *args, **kw: launched.append(kw))
+    for n, x_dtype, dy_dtype in ((WIDEST // 2, bf16, bf16), (WIDEST // 2 + 1, bf16, bf16),
+                                 (WIDEST, bf16, fp32), (WIDEST, fp32, fp32)):  # fmt: skip
+        x, dy = torch.zeros(4, n, dtype=x_dtype), torch.zeros(4, n, dtype=dy_dtype)
+        launch._backward_single_tile(dy, x, x[0], torch.empty(4), 0.0, x, x, False)
+    assert [kw["HOLD_STORAGE_FORM"] for kw in launched] == [False, True, True, False]
+
+
+#: (x, dy, HOLD_STORAGE_FORM, HAS_DH_OUT, num_warps, LOOP_STAGES) -> the inline upcasts expected
+_COMPILED_CASES = [
+    (("bf16", "bf16", True, False, 16, 1), {"bf16": True, "fp16": False}),
+    (("bf16", "bf16", False, False, 16, 1), {"bf16": False, "fp16": False}),
+    (("fp16", "fp16", True, True, 32, 3), {"bf16": False, "fp16": True}),
+    (("bf16", "fp32", True, False, 16, 4), {"bf16": True, "fp16": False}),
+    (("fp32", "fp16", True, False, 32, 1), {"bf16": False, "fp16": True}),
+]
+
+
+def test_held_kernel_compiles_for_sm90_with_its_inline_upcasts():
+    """The interpreter cannot run inline PTX, so CI compiles the held kernel for sm_90 instead
+    (Triton's bundled ptxas, no GPU) and checks that each 16-bit operand's second-pass upcast is
+    the inline one, and that the plain kernel has none: a dropped branch, asm that ptxas
+    rejects, or a pack the layout cannot take fails here."""
+    cases = [dict(zip(("x", "dy", "hold", "dh_out", "warps", "stages"), case, strict=True))
+             for case, _ in _COMPILED_CASES]  # fmt: skip
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.sm90_compile", json.dumps(cases)],
+        cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found == [expected for _, expected in _COMPILED_CASES]
+
+
+@needs_nvidia_gpu
+@pytest.mark.parametrize(
+    "shape, dtype, w_dtype, out_dtype",
+    [
+        ((64, 16384), torch.bfloat16, torch.bfloat16, None),
+        ((64, 16384), torch.float16, torch.float16, None),
+        ((37, 12289), torch.bfloat16, torch.bfloat16, None),  # masked tail, rows misaligned
+        ((37, 12289), torch.float16, torch.float32, None),
+        ((300, 16384), torch.bfloat16, torch.float32, None),  # several rows a program
+        ((64, 16384), torch.bfloat16, torch.bfloat16, torch.float32),  # dy fp32, x bf16
+        ((64, 16384), torch.float32, torch.float32, torch.bfloat16),  # dy bf16, x fp32
+    ],
+    ids=["bf16-64x16384", "fp16-64x16384", "bf16-37x12289", "fp16-fp32w-37x12289",
+         "bf16-fp32w-300x16384", "bf16-fp32out-64x16384", "fp32-bf16out-64x16384"],
+)  # fmt: skip
+def test_held_backward_matches_the_oracle(shape, dtype, w_dtype, out_dtype):
+    dy_dtype = out_dtype or dtype
+    assert launch.backward_holds_storage_form(launch.block_size(shape[1]), dtype, dy_dtype)
+    inputs = make_inputs(shape, dtype, DEVICE)
+    launch.take_launch_configs()
+    _assert_matches_oracle(inputs.x, inputs.weight.to(w_dtype), inputs.dy, out_dtype=out_dtype)
+    assert "rmsnorm_bwd_kernel" in launch.take_launch_configs()
+
+
+@needs_nvidia_gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=lambda d: DTYPE_NAMES[d])
+def test_held_backward_with_a_residual(dtype):
+    """The gradient arriving on h (HAS_DH_OUT) added in the held backward."""
+    from tests.test_residual import _check
+
+    assert launch.backward_holds_storage_form(WIDEST, dtype, dtype)
+    _check((41, WIDEST), dtype)
+
+
+@needs_nvidia_gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=lambda d: DTYPE_NAMES[d])
+def test_held_and_plain_kernels_agree(dtype):
+    """Both kernels at one configuration on the same inputs. The dw partials bit for bit (the
+    same fma chain). dx: the same formula, but the compiler contracts g - x_hat * mean into a
+    different fma once g is recomputed, so the two unrounded values may differ by the rounding
+    of either product (2**-24 relative each, bounded here by 2**-22 of |g| + |x_hat * mean|,
+    times rstd), and each is then rounded once to the storage dtype (one ulp between them)."""
+    from impls.triton_rmsnorm import kernels
+
+    m, n = 300, WIDEST
+    inputs = make_inputs((m, n), dtype, DEVICE)
+    x, w, dy = inputs.x, inputs.weight, inputs.dy
+    rstd = torch.rand(m, device=DEVICE) + 0.5
+    programs, rows_per_program = launch._single_tile_backward_grid(m, x.device)
+    config = launch._heuristic_config("rmsnorm_bwd_kernel", n)
+    outputs = {}
+    for hold in (False, True):
+        dx = torch.full_like(x, float("nan"))
+        partial = torch.full((programs, n), float("nan"), device=DEVICE)
+        args = launch._single_tile_backward_args(dy, x, w, rstd, 0.0, dx, dy, partial,
+                                                 rows_per_program)  # fmt: skip
+        kernels.rmsnorm_bwd_kernel[(programs,)](
+            *args, BLOCK_N=n, HAS_DH_OUT=False, HOLD_STORAGE_FORM=hold, **config
+        )
+        outputs[hold] = dx.float(), partial
+    (dx_plain, partial_plain), (dx_held, partial_held) = outputs[False], outputs[True]
+    assert torch.equal(partial_held, partial_plain)
+
+    x_hat = x.float() * rstd[:, None]
+    g = w.float() * dy.float()
+    x_hat_mean = x_hat * ((g * x_hat).sum(dim=1, keepdim=True) / n)
+    slack = 2.0**-22 * (g.abs() + x_hat_mean.abs()) * rstd[:, None]
+    info = torch.finfo(dtype)
+    magnitude = torch.maximum(dx_plain.abs(), dx_held.abs()).clamp_min(info.tiny)
+    ulp = info.eps * torch.exp2(torch.floor(torch.log2(magnitude)))
+    assert bool(((dx_held - dx_plain).abs() <= ulp + slack).all())
