@@ -65,6 +65,9 @@ def test_held_kernel_compiles_for_sm90_with_its_inline_upcasts():
     (Triton's bundled ptxas, no GPU) and checks that each 16-bit operand's second-pass upcast is
     the inline one, and that the plain kernel has none: a dropped branch, asm that ptxas
     rejects, or a pack the layout cannot take fails here."""
+    pytest.importorskip(
+        "triton.backends.nvidia.compiler", reason="Triton without its NVIDIA backend"
+    )
     cases = [dict(zip(("x", "dy", "hold", "dh_out", "warps", "stages"), case, strict=True))
              for case, _ in _COMPILED_CASES]  # fmt: skip
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
