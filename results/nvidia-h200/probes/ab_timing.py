@@ -57,3 +57,22 @@ def count_differences(variants: dict, best: dict, args: tuple, outputs: dict) ->
         results.append({name: out.clone() for name, out in outputs.items()})
     first, second = results
     return {name: int((first[name] != second[name]).sum()) for name in outputs}
+
+
+def forward_candidate_launches(args: tuple, n: int) -> list[tuple]:
+    """The product tuner's candidates for the single-tile forward on args (contiguous rows, no
+    residual), each as (configuration key, grid, launch keywords), the grid and keywords made as
+    the product makes them (launch._kernel_grid_and_meta)."""
+    x, m = args[0], args[0].shape[0]
+    constexprs = {"BLOCK_N": launch.block_size(n), "HAS_RESIDUAL": False, "ROWS_CONTIGUOUS": True}
+
+    def grid(meta):
+        return (launch._tile_programs(m, meta, x.device),)
+
+    launches = []
+    for config in launch._candidates("rmsnorm_fwd_kernel", args, constexprs):
+        launch_grid, meta = launch._kernel_grid_and_meta(
+            "rmsnorm_fwd_kernel", grid, {**constexprs, **config}
+        )
+        launches.append((tuple(config.values()), launch_grid, meta))
+    return launches

@@ -30,7 +30,7 @@ import sys
 import torch
 import triton
 import triton.language as tl
-from ab_timing import best_of, count_differences, time_variants
+from ab_timing import best_of, count_differences, forward_candidate_launches, time_variants
 
 from impls.triton_rmsnorm import kernels, launch, tuning
 
@@ -110,18 +110,7 @@ def main(out_path: str) -> None:
                 print("product", type(error).__name__, str(error)[:120], flush=True)
                 product_us = float("inf")
             torch.cuda.current_stream().wait_stream(stream)
-            constexprs = {"BLOCK_N": triton.next_power_of_2(n), "HAS_RESIDUAL": False,
-                          "ROWS_CONTIGUOUS": True}  # fmt: skip
-
-            def grid(meta, m=m, device=x.device):
-                return (launch._tile_programs(m, meta, device),)
-
-            configs = []
-            for config in launch._candidates("rmsnorm_fwd_kernel", args, constexprs):
-                launch_grid, meta = launch._kernel_grid_and_meta(
-                    "rmsnorm_fwd_kernel", grid, {**constexprs, **config}
-                )
-                configs.append((tuple(config.values()), launch_grid, meta))
+            configs = forward_candidate_launches(args, n)
             variants = {"single tile": (kernels.rmsnorm_fwd_kernel, configs),
                         "held": (held_fwd_kernel, configs)}  # fmt: skip
             times = time_variants(variants, arg_sets, stream)

@@ -30,7 +30,7 @@ import sys
 import torch
 import triton
 import triton.language as tl
-from ab_timing import best_of, count_differences, time_variants
+from ab_timing import best_of, count_differences, forward_candidate_launches, time_variants
 
 from impls.triton_rmsnorm import kernels, launch, tuning
 
@@ -152,22 +152,9 @@ def main(out_path: str, parts: str = "fwd,bwd") -> None:
         y, rstd = torch.empty_like(x), torch.empty(m, device="cuda")
         args = launch._single_tile_forward_args(x, w, y, rstd, x, x, (n,) * 4, 1e-6, 0.0)
         arg_sets = tuning.rotating_arguments(args, l2)
-        constexprs = {"BLOCK_N": triton.next_power_of_2(n), "HAS_RESIDUAL": False,
-                      "ROWS_CONTIGUOUS": True}  # fmt: skip
-
-        def grid(meta, m=m, device=x.device):
-            return (launch._tile_programs(m, meta, device),)
-
-        v13, v12 = [], []
-        for config in launch._candidates("rmsnorm_fwd_kernel", args, constexprs):
-            key = tuple(config.values())
-            launch_grid, meta = launch._kernel_grid_and_meta(
-                "rmsnorm_fwd_kernel", grid, {**constexprs, **config}
-            )
-            v13.append((key, launch_grid, meta))
-            v12.append(
-                (key, launch_grid, {k: v for k, v in meta.items() if k != "ROWS_CONTIGUOUS"})
-            )
+        v13 = forward_candidate_launches(args, n)
+        v12 = [(key, launch_grid, {k: v for k, v in meta.items() if k != "ROWS_CONTIGUOUS"})
+               for key, launch_grid, meta in v13]  # fmt: skip
         variants = {"v12": (v12_fwd_kernel, v12), "v13": (kernels.rmsnorm_fwd_kernel, v13)}
         times = time_variants(variants, arg_sets, stream)
         differing = count_differences(variants, best_of(times), args, {"y": y, "rstd": rstd})
