@@ -1,13 +1,15 @@
-"""Compile rmsnorm_bwd_kernel for sm_90 without a GPU and report what its PTX contains.
+"""Compile the single-tile kernels for sm_90 without a GPU and report what their PTX contains.
 
 Run in a process of its own, without TRITON_INTERPRET (the interpreter cannot run inline PTX,
 and pytest's conftest sets it on machines without CUDA):
 
-    python -m tests.sm90_compile '[{"x": "bf16", "dy": "bf16", "hold": true, ...}, ...]'
+    python -m tests.sm90_compile '[{"kernel": "bwd", "x": "bf16", "dy": "bf16", "hold": true, ...}]'
 
-Each case names x's and dy's dtypes, HOLD_STORAGE_FORM, HAS_DH_OUT, num_warps and LOOP_STAGES
-at BLOCK_N = 16384, BLOCK_M = 1. Prints one JSON list: per case, whether the PTX holds the bf16
-and the fp16 inline upcasts of kernels._upcast_opaque (markers only its asm produces).
+Each case names the kernel ("bwd": rmsnorm_bwd_kernel, "fwd": rmsnorm_fwd_kernel), x's dtype
+(and dy's, for the backward), HOLD_STORAGE_FORM, HAS_DH_OUT or HAS_RESIDUAL ("extra"), the tile
+width, num_warps and LOOP_STAGES, with BLOCK_M = 1 (the forward one program per tile). Prints
+one JSON list: per case, whether the PTX holds the bf16 and the fp16 inline upcasts of
+kernels._upcast_opaque (markers only its asm produces).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import sys
 #: Text only _upcast_opaque's inline PTX puts in the PTX: LLVM writes the mask of its own bf16
 #: conversions in decimal, and names no register lo or hi.
 MARKERS = {"bf16": "0xFFFF0000", "fp16": "mov.b32 {lo, hi}"}
-_POINTERS = ("X", "W", "DY", "RSTD", "DX", "DW_PARTIAL", "DH_OUT")
 
 
 def compile_ptx(case: dict) -> str:
@@ -28,24 +29,32 @@ def compile_ptx(case: dict) -> str:
 
     from impls.triton_rmsnorm import kernels
 
-    kernel = kernels.rmsnorm_bwd_kernel
-    pointer_types = {"X": case["x"], "W": case["x"], "DY": case["dy"], "RSTD": "fp32",
-                     "DX": case["x"], "DW_PARTIAL": "fp32", "DH_OUT": case["x"]}  # fmt: skip
-    constexprs = {"BLOCK_M": 1, "BLOCK_N": 16384, "HAS_DH_OUT": case["dh_out"],
-                  "LOOP_STAGES": case["stages"], "HOLD_STORAGE_FORM": case["hold"]}  # fmt: skip
+    x, stages = case["x"], case["stages"]
+    if case["kernel"] == "bwd":
+        kernel = kernels.rmsnorm_bwd_kernel
+        pointer_types = {"X": x, "W": x, "DY": case["dy"], "RSTD": "fp32", "DX": x,
+                         "DW_PARTIAL": "fp32", "DH_OUT": x}  # fmt: skip
+        constexprs = {"HAS_DH_OUT": case["extra"]}
+    else:
+        kernel = kernels.rmsnorm_fwd_kernel
+        pointer_types = {"X": x, "W": x, "Y": x, "RSTD": "fp32", "R": x, "H": x}
+        constexprs = {"N": case["block_n"], "HAS_RESIDUAL": case["extra"], "PERSISTENT": False,
+                      "ROWS_CONTIGUOUS": True}  # fmt: skip
+    constexprs.update(BLOCK_M=1, BLOCK_N=case["block_n"], LOOP_STAGES=stages,
+                      HOLD_STORAGE_FORM=case["hold"])  # fmt: skip
     signature, attrs = {}, {}
     for index, name in enumerate(kernel.arg_names):
-        if name in _POINTERS:
+        if name in pointer_types:
             signature[name] = "*" + pointer_types[name]
             attrs[(index,)] = [["tt.divisibility", 16]]
         elif name in constexprs:
             signature[name] = "constexpr"
-        elif name == "offset":
+        elif name in ("offset", "eps"):
             signature[name] = "fp32"
         else:
             signature[name] = "i32"
     source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
-    options = {"num_warps": case["warps"], "num_stages": case["stages"]}
+    options = {"num_warps": case["warps"], "num_stages": stages}
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
 
 

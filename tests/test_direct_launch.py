@@ -131,10 +131,12 @@ def test_trailing_parameters_left_out_take_their_defaults():
     leading = kernel.arg_names.index("ROWS_BUCKET") + 1
     meta = {"BLOCK_M": 1, "BLOCK_N": 64, "HAS_RESIDUAL": False, "PERSISTENT": False,
             "LOOP_STAGES": 1}  # fmt: skip
-    assert direct._trailing(kernel, leading, meta) == [1, 64, False, False, 1, False]
-    assert direct._trailing(kernel, leading, {**meta, "ROWS_CONTIGUOUS": True})[-1] is True
+    defaults = [False, False]  # ROWS_CONTIGUOUS, HOLD_STORAGE_FORM
+    assert direct._trailing(kernel, leading, meta) == [1, 64, False, False, 1, *defaults]
+    given = direct._trailing(kernel, leading, {**meta, "ROWS_CONTIGUOUS": True})
+    assert given[kernel.arg_names.index("ROWS_CONTIGUOUS") - leading] is True
     replay = direct.Replay(kernel, None, (1,), meta, leading)
-    assert replay.tail == (1, 64, False, False, 1, False)
+    assert replay.tail == (1, 64, False, False, 1, *defaults)
     with pytest.raises(TypeError, match="no value for parameter BLOCK_N"):
         direct._trailing(kernel, leading, {k: v for k, v in meta.items() if k != "BLOCK_N"})
 

@@ -46,6 +46,7 @@ def rmsnorm_fwd_kernel(
     PERSISTENT: tl.constexpr,  # False: one program per tile; True: programs walk the tiles
     LOOP_STAGES: tl.constexpr,  # software pipelining of the tile loop (see rmsnorm_bwd_kernel)
     ROWS_CONTIGUOUS: tl.constexpr = False,  # every row stride is N: the strides are ignored
+    HOLD_STORAGE_FORM: tl.constexpr = False,  # wide rows on a GPU only (inline PTX; see below)
 ):
     """BLOCK_M whole rows per tile: read x (and r) once, write y (and h) once, one fp32 rstd
     per row. With BLOCK_M = 1 and one program per tile this is the seed design, one program
@@ -67,6 +68,11 @@ def rmsnorm_fwd_kernel(
     approximate reciprocal: the last bit may differ for N not a power of two). Measured 1-4%
     faster per tile than runtime N and strides on copies of this kernel on the H200 (perf log,
     v13); the cost is a binary per hidden size rather than per padded width.
+
+    With HOLD_STORAGE_FORM a tile holds x (or h) as loaded between its reduction and its
+    scaling, and upcasts it again for the scaling through inline PTX, as rmsnorm_bwd_kernel
+    does: half the registers for 16-bit rows, which at 65536 columns ends the spills (ptxas,
+    sm_90). Same formula on the same values.
     """
     if ROWS_CONTIGUOUS:
         stride_x_row = N
@@ -81,27 +87,27 @@ def rmsnorm_fwd_kernel(
         for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), num_stages=LOOP_STAGES):
             rows, x, rstd = _fwd_tile_reduce(
                 tile, X, R, H, stride_x_row, stride_r_row, stride_h_row, M, N, eps, cols,
-                BLOCK_M, HAS_RESIDUAL,
+                BLOCK_M, HAS_RESIDUAL, HOLD_STORAGE_FORM,
             )  # fmt: skip
-            _fwd_tile_store(Y, RSTD, rows, cols, x, rstd, w, stride_y_row, M, N)
+            _fwd_tile_store(Y, RSTD, rows, cols, x, rstd, w, stride_y_row, M, N, HOLD_STORAGE_FORM)
     else:
         tile = tl.program_id(0).to(tl.int64)  # tile * BLOCK_M passes 2**31 for M >= 2**31 rows
         rows, x, rstd = _fwd_tile_reduce(
             tile, X, R, H, stride_x_row, stride_r_row, stride_h_row, M, N, eps, cols,
-            BLOCK_M, HAS_RESIDUAL,
+            BLOCK_M, HAS_RESIDUAL, HOLD_STORAGE_FORM,
         )  # fmt: skip
         w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
-        _fwd_tile_store(Y, RSTD, rows, cols, x, rstd, w, stride_y_row, M, N)
+        _fwd_tile_store(Y, RSTD, rows, cols, x, rstd, w, stride_y_row, M, N, HOLD_STORAGE_FORM)
 
 
 @triton.jit
 def _fwd_tile_reduce(
     tile, X, R, H, stride_x_row, stride_r_row, stride_h_row, M, N, eps, cols,
-    BLOCK_M: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    BLOCK_M: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HOLD_STORAGE_FORM: tl.constexpr,
 ):  # fmt: skip
     """rmsnorm_fwd_kernel's first half for one tile: load x (with HAS_RESIDUAL, form, round and
     write h = x + r, and go on with h), and reduce. Returns the tile's int64 row indices, its
-    rows in fp32 and their rstd."""
+    rows (in fp32, or as loaded with HOLD_STORAGE_FORM) and their rstd."""
     # tile is int64 (one program per tile) or the tile loop's index, which has M's width: in
     # int32 (M < 2**31), tile * BLOCK_M + BLOCK_M - 1 stays below 2**31 (BLOCK_M divides 2**31)
     rows = (tile * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
@@ -112,17 +118,23 @@ def _fwd_tile_reduce(
         h = (x.to(tl.float32) + r.to(tl.float32)).to(H.dtype.element_ty)
         tl.store(H + rows[:, None] * stride_h_row + cols[None, :], h, mask=mask)
         x = h
-    x = x.to(tl.float32)
-    mean_sq = tl.sum(x * x, axis=1) / N
+    x_fp32 = x.to(tl.float32)
+    mean_sq = tl.sum(x_fp32 * x_fp32, axis=1) / N
     rstd = 1.0 / tl.sqrt_rn(mean_sq + eps)
+    if not HOLD_STORAGE_FORM:
+        x = x_fp32
     return rows, x, rstd
 
 
 @triton.jit
-def _fwd_tile_store(Y, RSTD, rows, cols, x, rstd, w, stride_y_row, M, N):
+def _fwd_tile_store(
+    Y, RSTD, rows, cols, x, rstd, w, stride_y_row, M, N, HOLD_STORAGE_FORM: tl.constexpr
+):
     """rmsnorm_fwd_kernel's second half for one tile: y = x * rstd * w, rounded once; rstd."""
     row_mask = rows < M
     mask = row_mask[:, None] & (cols < N)[None, :]
+    if HOLD_STORAGE_FORM:
+        x = _upcast_opaque(x)
     y = x * rstd[:, None] * w[None, :]
     tl.store(Y + rows[:, None] * stride_y_row + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     tl.store(RSTD + rows, rstd, mask=row_mask)

@@ -47,6 +47,11 @@ BACKWARD_SINGLE_TILE_MAX_N = 16384
 #: (results/nvidia-h200/probes/2026-11-30-83f69ecd04db-backward-raw-held-ab.txt). Measured at
 #: N = 16384 only; N = 8193-16383 share its tile width and take it too.
 BACKWARD_HOLD_STORAGE_FORM_FROM_BLOCK_N = 16384
+#: From this tile width on, the single-tile forward holds 16-bit x as loaded between its
+#: reduction and its scaling (rmsnorm_fwd_kernel's HOLD_STORAGE_FORM). At 65536 columns that
+#: ends its spills (ptxas, sm_90). NOT YET MEASURED (branch wip/forward-held): set from
+#: results/nvidia-h200/probes/forward_storage_form_ab.py's run before this lands.
+FORWARD_HOLD_STORAGE_FORM_FROM_BLOCK_N = 32768
 #: Chunk width of the looped (wide-row) kernels.
 WIDE_BLOCK_N = 4096
 #: Chunk width of the split kernels (wide rows, fewer of them than SMs): one program per
@@ -668,7 +673,18 @@ def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset,
         *_single_tile_forward_args(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset),
         dtypes=(x.dtype, weight.dtype, y.dtype), BLOCK_N=block_size(n), HAS_RESIDUAL=has_residual,
         ROWS_CONTIGUOUS=all(stride == n for stride in strides),
+        HOLD_STORAGE_FORM=forward_holds_storage_form(block_size(n), x.dtype),
     )  # fmt: skip
+
+
+def forward_holds_storage_form(block_n: int, x_dtype: torch.dtype) -> bool:
+    """Whether the single-tile forward holds x (or h) as loaded between its reduction and its
+    scaling: wide tiles of 16-bit rows, where inline PTX runs (_inline_ptx_runs)."""
+    return (
+        block_n >= FORWARD_HOLD_STORAGE_FORM_FROM_BLOCK_N
+        and x_dtype.itemsize == 2
+        and _inline_ptx_runs()
+    )
 
 
 def _tile_programs(m: int, meta: dict, device: torch.device) -> int:
@@ -799,9 +815,14 @@ def backward_holds_storage_form(block_n: int, x_dtype: torch.dtype, dy_dtype: to
     return (
         block_n >= BACKWARD_HOLD_STORAGE_FORM_FROM_BLOCK_N
         and (x_dtype.itemsize == 2 or dy_dtype.itemsize == 2)
-        and not interpreting()
-        and torch.version.hip is None
+        and _inline_ptx_runs()
     )
+
+
+def _inline_ptx_runs() -> bool:
+    """NVIDIA GPUs run the kernels' inline PTX (kernels._upcast_opaque); neither the
+    interpreter nor ROCm does."""
+    return not interpreting() and torch.version.hip is None
 
 
 def _single_tile_backward_grid(m: int, device: torch.device) -> tuple[int, int]:

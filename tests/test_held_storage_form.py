@@ -1,6 +1,8 @@
-"""The single-tile backward holding x and dy as loaded between its passes (HOLD_STORAGE_FORM,
-16384-wide tiles): when the launch asks for it, that its inline PTX compiles for sm_90 (on any
-machine), and on a GPU its numerics, against the oracle and against the plain kernel."""
+"""The single-tile kernels holding 16-bit rows as loaded between their passes
+(HOLD_STORAGE_FORM: the backward at 16384-wide tiles, the forward from
+FORWARD_HOLD_STORAGE_FORM_FROM_BLOCK_N): when the launch asks for it, that the inline PTX
+compiles for sm_90 (on any machine), and on a GPU the numerics, against the oracle and against
+the plain kernels."""
 
 from __future__ import annotations
 
@@ -50,26 +52,30 @@ def test_launch_asks_for_it_at_wide_16_bit_tiles_on_nvidia_gpus_only(monkeypatch
     assert [kw["HOLD_STORAGE_FORM"] for kw in launched] == [False, True, True, False]
 
 
-#: (x, dy, HOLD_STORAGE_FORM, HAS_DH_OUT, num_warps, LOOP_STAGES) -> the inline upcasts expected
+#: (kernel, x, dy, HOLD_STORAGE_FORM, HAS_DH_OUT or HAS_RESIDUAL, tile width, num_warps,
+#: LOOP_STAGES) -> the inline upcasts expected
 _COMPILED_CASES = [
-    (("bf16", "bf16", True, False, 16, 1), {"bf16": True, "fp16": False}),
-    (("bf16", "bf16", False, False, 16, 1), {"bf16": False, "fp16": False}),
-    (("fp16", "fp16", True, True, 32, 3), {"bf16": False, "fp16": True}),
-    (("bf16", "fp32", True, False, 16, 4), {"bf16": True, "fp16": False}),
-    (("fp32", "fp16", True, False, 32, 1), {"bf16": False, "fp16": True}),
+    (("bwd", "bf16", "bf16", True, False, 16384, 16, 1), {"bf16": True, "fp16": False}),
+    (("bwd", "bf16", "bf16", False, False, 16384, 16, 1), {"bf16": False, "fp16": False}),
+    (("bwd", "fp16", "fp16", True, True, 16384, 32, 3), {"bf16": False, "fp16": True}),
+    (("bwd", "bf16", "fp32", True, False, 16384, 16, 4), {"bf16": True, "fp16": False}),
+    (("bwd", "fp32", "fp16", True, False, 16384, 32, 1), {"bf16": False, "fp16": True}),
+    (("fwd", "bf16", None, True, False, 65536, 32, 1), {"bf16": True, "fp16": False}),
+    (("fwd", "bf16", None, False, False, 65536, 32, 1), {"bf16": False, "fp16": False}),
+    (("fwd", "fp16", None, True, True, 32768, 16, 1), {"bf16": False, "fp16": True}),
 ]
+_CASE_FIELDS = ("kernel", "x", "dy", "hold", "extra", "block_n", "warps", "stages")
 
 
-def test_held_kernel_compiles_for_sm90_with_its_inline_upcasts():
-    """The interpreter cannot run inline PTX, so CI compiles the held kernel for sm_90 instead
+def test_held_kernels_compile_for_sm90_with_their_inline_upcasts():
+    """The interpreter cannot run inline PTX, so CI compiles the held kernels for sm_90 instead
     (Triton's bundled ptxas, no GPU) and checks that each 16-bit operand's second-pass upcast is
-    the inline one, and that the plain kernel has none: a dropped branch, asm that ptxas
+    the inline one, and that the plain kernels have none: a dropped branch, asm that ptxas
     rejects, or a pack the layout cannot take fails here."""
     pytest.importorskip(
         "triton.backends.nvidia.compiler", reason="Triton without its NVIDIA backend"
     )
-    cases = [dict(zip(("x", "dy", "hold", "dh_out", "warps", "stages"), case, strict=True))
-             for case, _ in _COMPILED_CASES]  # fmt: skip
+    cases = [dict(zip(_CASE_FIELDS, case, strict=True)) for case, _ in _COMPILED_CASES]
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     done = subprocess.run(
         [sys.executable, "-m", "tests.sm90_compile", json.dumps(cases)],
@@ -152,3 +158,89 @@ def test_held_and_plain_kernels_agree(dtype):
     magnitude = torch.maximum(dx_plain.abs(), dx_held.abs()).clamp_min(info.tiny)
     ulp = info.eps * torch.exp2(torch.floor(torch.log2(magnitude)))
     assert bool(((dx_held - dx_plain).abs() <= ulp + slack).all())
+
+
+# ---- the forward -------------------------------------------------------------------------------
+
+FORWARD_FROM = launch.FORWARD_HOLD_STORAGE_FORM_FROM_BLOCK_N
+
+
+def test_forward_launch_asks_for_it_at_wide_16_bit_tiles_on_nvidia_gpus_only(monkeypatch):
+    bf16, fp32 = torch.bfloat16, torch.float32
+    monkeypatch.setattr(launch, "interpreting", lambda: True)
+    assert not launch.forward_holds_storage_form(FORWARD_FROM, bf16)
+    monkeypatch.setattr(launch, "interpreting", lambda: False)
+    monkeypatch.setattr(torch.version, "hip", "6.0")
+    assert not launch.forward_holds_storage_form(FORWARD_FROM, bf16)
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert launch.forward_holds_storage_form(FORWARD_FROM, bf16)
+    assert launch.forward_holds_storage_form(FORWARD_FROM, torch.float16)
+    assert not launch.forward_holds_storage_form(FORWARD_FROM, fp32)
+    assert not launch.forward_holds_storage_form(FORWARD_FROM // 2, bf16)
+
+    launched = []
+    monkeypatch.setattr(launch, "_launch", lambda name, grid, *args, **kw: launched.append(kw))
+    for n, dtype in (
+        (FORWARD_FROM // 2, bf16),
+        (FORWARD_FROM // 2 + 1, bf16),
+        (FORWARD_FROM, fp32),
+    ):
+        x = torch.zeros(2, n, dtype=dtype)
+        rstd = torch.empty(2)
+        launch._forward_single_tile(x, x[0], x, rstd, x, x, (n,) * 4, 1e-6, 0.0, False)
+    assert [kw["HOLD_STORAGE_FORM"] for kw in launched] == [False, True, False]
+
+
+@needs_nvidia_gpu
+@pytest.mark.parametrize(
+    "shape, dtype, w_dtype",
+    [
+        ((64, FORWARD_FROM), torch.bfloat16, torch.bfloat16),
+        ((16, 65536), torch.float16, torch.float16),
+        ((37, 40001), torch.bfloat16, torch.bfloat16),  # masked tail, rows misaligned
+        ((37, 40001), torch.float16, torch.float32),
+    ],
+    ids=lambda p: "x".join(map(str, p)) if isinstance(p, tuple) else DTYPE_NAMES[p],
+)
+def test_held_forward_matches_the_oracle(shape, dtype, w_dtype):
+    """The single tile (the tests' fixed path for these widths; a GPU run with autotuning
+    measures it against the looped kernel)."""
+    assert launch.forward_holds_storage_form(launch.block_size(shape[1]), dtype)
+    inputs = make_inputs(shape, dtype, DEVICE)
+    launch.take_launch_configs()
+    _assert_matches_oracle(inputs.x, inputs.weight.to(w_dtype), inputs.dy)
+    assert "rmsnorm_fwd_kernel" in launch.take_launch_configs()
+
+
+@needs_nvidia_gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=lambda d: DTYPE_NAMES[d])
+def test_held_forward_with_a_residual(dtype):
+    """h = x + r is formed, rounded, written, and held as rounded."""
+    from tests.test_residual import _check
+
+    assert launch.forward_holds_storage_form(FORWARD_FROM, dtype)
+    _check((9, FORWARD_FROM), dtype)
+
+
+@needs_nvidia_gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=lambda d: DTYPE_NAMES[d])
+def test_held_and_plain_forwards_agree_bit_for_bit(dtype):
+    """y = x * rstd * w from the same values, with no sum to contract: identical bits."""
+    from impls.triton_rmsnorm import kernels
+
+    m, n = 40, FORWARD_FROM
+    x, w = make_inputs((m, n), dtype, DEVICE).x, make_inputs((m, n), dtype, DEVICE).weight
+    args_config = launch._heuristic_config("rmsnorm_fwd_kernel", n)
+    outputs = {}
+    for hold in (False, True):
+        y, rstd = torch.full_like(x, float("nan")), torch.full((m,), float("nan"), device=DEVICE)
+        args = launch._single_tile_forward_args(x, w, y, rstd, x, x, (n,) * 4, 1e-6, 0.0)
+        grid, meta = launch._kernel_grid_and_meta(
+            "rmsnorm_fwd_kernel", lambda meta: (launch._tile_programs(m, meta, x.device),),
+            {"BLOCK_N": n, "HAS_RESIDUAL": False, "ROWS_CONTIGUOUS": True,
+             "HOLD_STORAGE_FORM": hold, **args_config},
+        )  # fmt: skip
+        kernels.rmsnorm_fwd_kernel[grid](*args, **meta)
+        outputs[hold] = y, rstd
+    assert torch.equal(outputs[True][0], outputs[False][0])
+    assert torch.equal(outputs[True][1], outputs[False][1])
