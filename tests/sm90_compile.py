@@ -7,7 +7,8 @@ and pytest's conftest sets it on machines without CUDA):
 
 Each case names the kernel ("bwd": rmsnorm_bwd_kernel, "fwd": rmsnorm_fwd_kernel), x's dtype
 (and dy's, for the backward), HOLD_STORAGE_FORM, HAS_DH_OUT or HAS_RESIDUAL ("extra"), the tile
-width, num_warps and LOOP_STAGES, with BLOCK_M = 1 (the forward one program per tile). Prints
+width, num_warps, LOOP_STAGES and, for the forward, whether programs walk the tiles
+(PERSISTENT; the backward always does), with BLOCK_M = 1. Prints
 one JSON list: per case, whether the PTX holds the bf16 and the fp16 inline upcasts of
 kernels._upcast_opaque (markers only its asm produces).
 """
@@ -38,8 +39,8 @@ def compile_ptx(case: dict) -> str:
     else:
         kernel = kernels.rmsnorm_fwd_kernel
         pointer_types = {"X": x, "W": x, "Y": x, "RSTD": "fp32", "R": x, "H": x}
-        constexprs = {"N": case["block_n"], "HAS_RESIDUAL": case["extra"], "PERSISTENT": False,
-                      "ROWS_CONTIGUOUS": True}  # fmt: skip
+        constexprs = {"N": case["block_n"], "HAS_RESIDUAL": case["extra"],
+                      "PERSISTENT": case["persistent"], "ROWS_CONTIGUOUS": True}  # fmt: skip
     constexprs.update(BLOCK_M=1, BLOCK_N=case["block_n"], LOOP_STAGES=stages,
                       HOLD_STORAGE_FORM=case["hold"])  # fmt: skip
     signature, attrs = {}, {}

@@ -53,18 +53,21 @@ def test_launch_asks_for_it_at_wide_16_bit_tiles_on_nvidia_gpus_only(monkeypatch
 
 
 #: (kernel, x, dy, HOLD_STORAGE_FORM, HAS_DH_OUT or HAS_RESIDUAL, tile width, num_warps,
-#: LOOP_STAGES) -> the inline upcasts expected
+#: LOOP_STAGES, the forward's PERSISTENT) -> the inline upcasts expected
 _COMPILED_CASES = [
-    (("bwd", "bf16", "bf16", True, False, 16384, 16, 1), {"bf16": True, "fp16": False}),
-    (("bwd", "bf16", "bf16", False, False, 16384, 16, 1), {"bf16": False, "fp16": False}),
-    (("bwd", "fp16", "fp16", True, True, 16384, 32, 3), {"bf16": False, "fp16": True}),
-    (("bwd", "bf16", "fp32", True, False, 16384, 16, 4), {"bf16": True, "fp16": False}),
-    (("bwd", "fp32", "fp16", True, False, 16384, 32, 1), {"bf16": False, "fp16": True}),
-    (("fwd", "bf16", None, True, False, 65536, 32, 1), {"bf16": True, "fp16": False}),
-    (("fwd", "bf16", None, False, False, 65536, 32, 1), {"bf16": False, "fp16": False}),
-    (("fwd", "fp16", None, True, True, 32768, 16, 1), {"bf16": False, "fp16": True}),
+    (("bwd", "bf16", "bf16", True, False, 16384, 16, 1, None), {"bf16": True, "fp16": False}),
+    (("bwd", "bf16", "bf16", False, False, 16384, 16, 1, None), {"bf16": False, "fp16": False}),
+    (("bwd", "fp16", "fp16", True, True, 16384, 32, 3, None), {"bf16": False, "fp16": True}),
+    (("bwd", "bf16", "fp32", True, False, 16384, 16, 4, None), {"bf16": True, "fp16": False}),
+    (("bwd", "fp32", "fp16", True, False, 16384, 32, 1, None), {"bf16": False, "fp16": True}),
+    (("fwd", "bf16", None, True, False, 65536, 32, 1, False), {"bf16": True, "fp16": False}),
+    (("fwd", "bf16", None, False, False, 65536, 32, 1, False), {"bf16": False, "fp16": False}),
+    (("fwd", "fp16", None, True, True, 32768, 16, 1, False), {"bf16": False, "fp16": True}),
+    # the configuration the H200's tuner picked at 2048x32768: programs walk the tiles, pipelined
+    (("fwd", "bf16", None, True, False, 32768, 16, 3, True), {"bf16": True, "fp16": False}),
+    (("fwd", "fp16", None, True, False, 32768, 16, 3, True), {"bf16": False, "fp16": True}),
 ]
-_CASE_FIELDS = ("kernel", "x", "dy", "hold", "extra", "block_n", "warps", "stages")
+_CASE_FIELDS = ("kernel", "x", "dy", "hold", "extra", "block_n", "warps", "stages", "persistent")
 
 
 def test_held_kernels_compile_for_sm90_with_their_inline_upcasts():
@@ -222,15 +225,26 @@ def test_held_forward_with_a_residual(dtype):
     _check((9, FORWARD_FROM), dtype)
 
 
+#: A tile a program (the heuristic's), and the configuration the H200's tuner picked at
+#: 2048x32768: four programs an SM walking the tiles, their loop pipelined three stages deep.
+_FORWARD_GRIDS = {
+    "one_per_tile": None,
+    "persistent": {"BLOCK_M": 1, "PROGRAMS_PER_SM": 4, "LOOP_STAGES": 3, "num_warps": 16,
+                   "num_stages": 3},
+}  # fmt: skip
+
+
 @needs_nvidia_gpu
+@pytest.mark.parametrize("grid_name", sorted(_FORWARD_GRIDS))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=lambda d: DTYPE_NAMES[d])
-def test_held_and_plain_forwards_agree_bit_for_bit(dtype):
-    """y = x * rstd * w from the same values, with no sum to contract: identical bits."""
+def test_held_and_plain_forwards_agree_bit_for_bit(dtype, grid_name):
+    """y = x * rstd * w from the same values, with no sum to contract: identical bits. Enough
+    rows that the persistent programs walk several tiles each."""
     from impls.triton_rmsnorm import kernels
 
-    m, n = 40, FORWARD_FROM
+    m, n = 1100, FORWARD_FROM
     x, w = make_inputs((m, n), dtype, DEVICE).x, make_inputs((m, n), dtype, DEVICE).weight
-    args_config = launch._heuristic_config("rmsnorm_fwd_kernel", n)
+    args_config = _FORWARD_GRIDS[grid_name] or launch._heuristic_config("rmsnorm_fwd_kernel", n)
     outputs = {}
     for hold in (False, True):
         y, rstd = torch.full_like(x, float("nan")), torch.full((m,), float("nan"), device=DEVICE)
