@@ -13,9 +13,10 @@ spills are 2 KB a thread, so it is not tried.
 Timed: the product's forward (whatever path it measures fastest: the looped kernel here) and
 rmsnorm_fwd_kernel at BLOCK_N = 131072 with HOLD_STORAGE_FORM, one program per row, 16 and 32
 warps, device-only (the tuner's timer, best of two interleaved passes). y and rstd against the
-product's: elements differing, and the largest difference of y in ulps of bf16/fp16 (the
-single tile and the looped kernel sum the squares in different orders, so rstd may differ in
-its last bits and y by up to an ulp).
+product's: elements differing, and the largest difference of y relative to each element, in
+ulps of bf16/fp16 (the single tile and the looped kernel sum the squares in different orders, so
+rstd may differ in its last bits and y by about an ulp; for fp16 y in the subnormal range the
+relative measure overstates it: a sanity check, not a bound).
 
 Prediction: if the stack stays in L1, ~80-88% of the copy at 32 warps (v15's 65536 figure, less
 the spill traffic); if it goes to L2, below the product's 66.5%.
