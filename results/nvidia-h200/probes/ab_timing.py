@@ -10,28 +10,39 @@ import torch
 from impls.triton_rmsnorm import launch, tuning
 
 
+def time_runs(runs: dict, arg_sets, stream, passes: int = 2) -> dict:
+    """runs: name -> a callable of one argument set, launching what is timed. Device µs per
+    call of each, the best of `passes` passes over all of them, every other pass in reverse
+    order. A run that fails (launch, capture) is reported and timed as inf: the probe goes on.
+    The caller has made stream wait for the inputs' producers."""
+    times = {}
+    for rep in range(passes):
+        for name, run in list(runs.items())[:: 1 if rep % 2 == 0 else -1]:
+            try:
+                us = tuning._median_ms(run, arg_sets, stream) * 1e3
+            except Exception as error:
+                print(name, type(error).__name__, str(error)[:160], flush=True)
+                us = float("inf")
+            torch.cuda.current_stream().wait_stream(stream)
+            times[name] = min(times.get(name, float("inf")), us)
+    return times
+
+
 def time_variants(variants: dict, arg_sets, stream) -> dict:
     """variants: name -> (kernel, [(config key, grid, meta)]); best of two interleaved passes
     per (name, config key)."""
     for kernel, launches in variants.values():
         launch._compile_in_parallel(kernel, arg_sets[0], [(g, me) for _, g, me in launches])
     stream.wait_stream(torch.cuda.current_stream())
-    times = {}
-    for rep in range(2):
-        for name, (kernel, launches) in list(variants.items())[:: 1 if rep == 0 else -1]:
-            for key, grid, meta in launches:
+    runs = {}
+    for name, (kernel, launches) in variants.items():
+        for key, grid, meta in launches:
 
-                def run(a, kernel=kernel, grid=grid, meta=meta):
-                    kernel[grid](*a, **meta)
+            def run(a, kernel=kernel, grid=grid, meta=meta):
+                kernel[grid](*a, **meta)
 
-                try:
-                    us = tuning._median_ms(run, arg_sets, stream) * 1e3
-                except Exception as error:  # an unrunnable configuration does not end the probe
-                    print(name, key, type(error).__name__, str(error)[:120], flush=True)
-                    us = float("inf")
-                torch.cuda.current_stream().wait_stream(stream)
-                times[(name, key)] = min(times.get((name, key), float("inf")), us)
-    return times
+            runs[(name, key)] = run
+    return time_runs(runs, arg_sets, stream)
 
 
 def best_of(times: dict) -> dict:

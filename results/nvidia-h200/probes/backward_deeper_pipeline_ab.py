@@ -29,6 +29,7 @@ import sys
 
 import torch
 import triton
+from ab_timing import time_runs
 
 from impls.triton_rmsnorm import kernels, launch, tuning
 
@@ -99,20 +100,12 @@ def main(out_path: str) -> None:
                 checks[name] = "bitwise" if same else "DIFFERS"
         arg_sets = tuning.rotating_arguments((dy, x, w, rstd, dx, partial), l2)
         stream.wait_stream(torch.cuda.current_stream())
-        times = {}
-        for rep in range(2):
-            for name, meta in list(variants.items())[:: 1 if rep == 0 else -1]:
-                if name not in outputs:
-                    continue
-                try:
-                    us = tuning._median_ms(
-                        _main_run(meta, programs, rows_per_program), arg_sets, stream
-                    ) * 1e3  # fmt: skip
-                except Exception as error:
-                    print(name, type(error).__name__, str(error)[:120], flush=True)
-                    us = float("inf")
-                torch.cuda.current_stream().wait_stream(stream)
-                times[name] = min(times.get(name, float("inf")), us)
+        runs = {
+            name: _main_run(meta, programs, rows_per_program)
+            for name, meta in variants.items()
+            if name in outputs
+        }
+        times = time_runs(runs, arg_sets, stream)
         gb = 3 * m * n * 2 / 1e3
         best = min(times, key=times.get)
         cells = "  ".join(f"{name}: {us:7.2f} ({gb / us:4.0f})" for name, us in times.items())

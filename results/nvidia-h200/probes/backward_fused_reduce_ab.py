@@ -37,6 +37,7 @@ import sys
 import torch
 import triton
 import triton.language as tl
+from ab_timing import time_runs
 
 from impls.triton_rmsnorm import launch, tuning
 
@@ -183,16 +184,7 @@ def main(out_path: str) -> None:
             "fused, plain launch": lambda a, fused=fused: fused(a, cooperative=False),
             "empty": lambda a: empty_kernel[(sms,)](a[7]),
         }  # fmt: skip
-        times = {}
-        for rep in range(3):
-            for name, run in list(runs.items())[:: 1 if rep % 2 == 0 else -1]:
-                try:
-                    us = tuning._median_ms(run, arg_sets, stream) * 1e3
-                except Exception as error:  # a variant failing is reported, the probe goes on
-                    print(name, type(error).__name__, str(error)[:160], flush=True)
-                    us = float("inf")
-                torch.cuda.current_stream().wait_stream(stream)
-                times[name] = min(times.get(name, float("inf")), us)
+        times = time_runs(runs, arg_sets, stream, passes=3)
         gave_up = [int(a[7][2]) for a in arg_sets]
         cells = "  ".join(f"{name}: {us:6.2f}" for name, us in times.items())
         ratio = times["product"] / times["fused"]

@@ -25,6 +25,7 @@ import sys
 
 import torch
 import triton
+from ab_timing import time_runs
 
 from impls.triton_rmsnorm import kernels, launch, tuning
 
@@ -89,16 +90,7 @@ def main(out_path: str) -> None:
         for name, factor in (("main, 2 per SM", 2), ("main, half the SMs", 0.5)):
             per_program = launch.cdiv(m, max(1, min(m, int(programs * factor))))
             runs[name] = _main_run(config, n, launch.cdiv(m, per_program), per_program)
-        times = {}
-        for rep in range(3):
-            for name, run in list(runs.items())[:: 1 if rep % 2 == 0 else -1]:
-                try:
-                    us = tuning._median_ms(run, arg_sets, stream) * 1e3
-                except Exception as error:  # a part failing is reported, the probe goes on
-                    print(name, type(error).__name__, str(error)[:160], flush=True)
-                    us = float("inf")
-                torch.cuda.current_stream().wait_stream(stream)
-                times[name] = min(times.get(name, float("inf")), us)
+        times = time_runs(runs, arg_sets, stream, passes=3)
         cells = "  ".join(f"{name}: {us:6.2f}" for name, us in times.items())
         gbps = 3 * m * n * 2 / 1e3
         print(f"{m:5d}x{n:5d}  {cells}  backward/floor {times['backward'] / times['floor']:.2f}"

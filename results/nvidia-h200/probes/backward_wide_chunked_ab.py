@@ -36,6 +36,7 @@ import sys
 
 import torch
 import triton
+from ab_timing import time_runs
 
 from harness.ceiling import card_ceiling_gbps
 from impls.triton_rmsnorm import kernels, launch, tuning
@@ -141,16 +142,8 @@ def main(out_path: str) -> None:
                 checks[name] = {"error": f"{type(error).__name__}: {str(error)[:160]}"}
         arg_sets = tuning.rotating_arguments((dy, x, w, rstd, dx, dw, mean_gx, partial), l2)
         stream.wait_stream(torch.cuda.current_stream())
-        times = {}
-        for rep in range(3):
-            for name, (run, _) in list(runs.items())[:: 1 if rep % 2 == 0 else -1]:
-                try:
-                    us = tuning._median_ms(run, arg_sets, stream) * 1e3
-                except Exception as error:  # a variant failing is reported, the probe goes on
-                    print(name, type(error).__name__, str(error)[:160], flush=True)
-                    us = float("inf")
-                torch.cuda.current_stream().wait_stream(stream)
-                times[name] = min(times.get(name, float("inf")), us)
+        timed = {name: run for name, (run, _) in runs.items()}
+        times = time_runs(timed, arg_sets, stream, passes=3)
         gbps = {name: 3 * m * n * 2 / (us * 1e3) for name, us in times.items()}
         cells = "  ".join(
             f"{name}: {gbps[name]:5.0f} ({100 * gbps[name] / ceiling:4.1f}%)" for name in times

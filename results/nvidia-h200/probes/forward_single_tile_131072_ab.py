@@ -30,6 +30,7 @@ import sys
 
 import torch
 import triton
+from ab_timing import time_runs
 
 from impls.triton_rmsnorm import kernels, launch, tuning
 
@@ -85,16 +86,7 @@ def main(out_path: str) -> None:
                 checks[name] = {"error": f"{type(error).__name__}: {str(error)[:160]}"}
         arg_sets = tuning.rotating_arguments((x, w, y, rstd), l2)
         stream.wait_stream(torch.cuda.current_stream())
-        times = {}
-        for rep in range(2):
-            for name, run in list(runs.items())[:: 1 if rep == 0 else -1]:
-                try:
-                    us = tuning._median_ms(run, arg_sets, stream) * 1e3
-                except Exception as error:  # a variant failing is reported, the probe goes on
-                    print(name, type(error).__name__, str(error)[:160], flush=True)
-                    us = float("inf")
-                torch.cuda.current_stream().wait_stream(stream)
-                times[name] = min(times.get(name, float("inf")), us)
+        times = time_runs(runs, arg_sets, stream)
         gbps = {name: 2 * m * n * 2 / (us * 1e3) for name, us in times.items()}
         cells = "  ".join(f"{name}: {gbps[name]:5.0f}" for name in times)
         print(f"{dtype_name} {m:5d}x{n:6d}  {cells}  {sorted(launched)}  {checks}", flush=True)

@@ -34,6 +34,7 @@ import sys
 import torch
 import triton
 import triton.language as tl
+from ab_timing import time_runs
 
 from impls.triton_rmsnorm import launch, tuning
 
@@ -143,16 +144,7 @@ def main(out_path: str) -> None:
         stream.wait_stream(torch.cuda.current_stream())
         runs = {name: _variant_run(signal, config, m, n, programs, rows_per_program)
                 for name, signal in VARIANTS.items()}  # fmt: skip
-        times, dws = {}, {}
-        for rep in range(3):
-            for name, run in list(runs.items())[:: 1 if rep % 2 == 0 else -1]:
-                try:
-                    us = tuning._median_ms(run, arg_sets, stream) * 1e3
-                except Exception as error:  # a variant failing (capture, launch) is reported
-                    print(name, type(error).__name__, str(error)[:160], flush=True)
-                    us = float("inf")
-                torch.cuda.current_stream().wait_stream(stream)
-                times[name] = min(times.get(name, float("inf")), us)
+        times, dws = time_runs(runs, arg_sets, stream, passes=3), {}
         for name, run in runs.items():
             dw.fill_(float("nan"))
             try:
