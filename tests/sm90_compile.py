@@ -1,16 +1,17 @@
-"""Compile the single-tile kernels for sm_90 without a GPU and report what their PTX contains.
+"""Compile the kernels with inline upcasts for sm_90 without a GPU and report what their PTX holds.
 
 Run in a process of its own, without TRITON_INTERPRET (the interpreter cannot run inline PTX,
 and pytest's conftest sets it on machines without CUDA):
 
     python -m tests.sm90_compile '[{"kernel": "bwd", "x": "bf16", "dy": "bf16", "hold": true, ...}]'
 
-Each case names the kernel ("bwd": rmsnorm_bwd_kernel, "fwd": rmsnorm_fwd_kernel), x's dtype
+Each case names the kernel ("bwd": rmsnorm_bwd_kernel, "fwd": rmsnorm_fwd_kernel, "held_row":
+gluon_kernels.rmsnorm_fwd_held_row_kernel, whose case gives only x, block_n and warps), x's dtype
 (and dy's, for the backward), HOLD_STORAGE_FORM, HAS_DH_OUT or HAS_RESIDUAL ("extra"), the tile
 width, num_warps, LOOP_STAGES and, for the forward, whether programs walk the tiles
 (PERSISTENT; the backward always does), with BLOCK_M = 1. Prints
 one JSON list: per case, whether the PTX holds the bf16 and the fp16 inline upcasts of
-kernels._upcast_opaque (markers only its asm produces).
+kernels._upcast_opaque (markers only its asm produces) and, for held_row, its cp.async copies.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def compile_ptx(case: dict) -> str:
 
     from impls.triton_rmsnorm import kernels
 
+    if case["kernel"] == "held_row":
+        return _compile_held_row_ptx(case)
     x, stages = case["x"], case["stages"]
     if case["kernel"] == "bwd":
         kernel = kernels.rmsnorm_bwd_kernel
@@ -59,11 +62,45 @@ def compile_ptx(case: dict) -> str:
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
 
 
+def _compile_held_row_ptx(case: dict) -> str:
+    """gluon_kernels.rmsnorm_fwd_held_row_kernel at N = block_n, as launch configures it."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from impls.triton_rmsnorm import gluon_kernels, launch
+
+    kernel = gluon_kernels.rmsnorm_fwd_held_row_kernel
+    n, x = case["block_n"], case["x"]
+    pointer_types = {"X": x, "W": x, "Y": x, "RSTD": "fp32"}
+    constexprs = {"N": n, "REG": launch.HELD_ROW_REG, "CHUNK": launch.HELD_ROW_CHUNK,
+                  "SHARED_CHUNKS": launch._held_row_shared_chunks(n), "WARPS": case["warps"]}  # fmt: skip
+    signature, attrs = {}, {}
+    for index, name in enumerate(kernel.arg_names):
+        if name in pointer_types:
+            signature[name] = "*" + pointer_types[name]
+            attrs[(index,)] = [["tt.divisibility", 16]]
+        elif name in constexprs:
+            signature[name] = "constexpr"
+        elif name in ("eps", "offset"):
+            signature[name] = "fp32"
+        else:
+            signature[name] = "i32"
+            if name.startswith("stride"):
+                attrs[(index,)] = [["tt.divisibility", 16]]
+    source = GluonASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    options = {"num_warps": case["warps"]}
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+
+
 def main(cases: list[dict]) -> list[dict]:
     report = []
     for case in cases:
         ptx = compile_ptx(case)
-        report.append({dtype: marker in ptx for dtype, marker in MARKERS.items()})
+        found = {dtype: marker in ptx for dtype, marker in MARKERS.items()}
+        if case["kernel"] == "held_row":  # its rows go through shared memory by cp.async
+            found["cp.async"] = "cp.async.cg.shared.global" in ptx
+        report.append(found)
     return report
 
 

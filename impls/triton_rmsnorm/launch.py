@@ -9,6 +9,9 @@ Paths, chosen by the hidden size N (and for wide rows by M), separately for each
   column blocks x row groups). No hidden-size cap below 2**31.
 - split, for wide rows fewer than SMs: each row cut into SPLIT_BLOCK_N chunks, one program per
   (row, chunk), in two launches.
+- held row (forward, 16-bit rows of SINGLE_TILE_MAX_N < N <= HELD_ROW_MAX_N, NVIDIA GPUs with
+  Gluon): each row held on one SM in registers and shared memory (gluon_kernels.py), x read
+  once; measured against the looped or split path at the first call.
 Forward rows of FORWARD_LOOPED_FROM_N < N <= SINGLE_TILE_MAX_N take whichever of the single tile
 and the looped path measured faster at the first call (on a GPU, autotuning).
 
@@ -33,6 +36,11 @@ import triton
 
 from . import direct, kernels, tuning
 
+try:  # Triton's lower-level language; the held-row forward needs it
+    from . import gluon_kernels
+except ImportError:
+    gluon_kernels = None
+
 #: Widest row the single-tile forward takes: one row lives in registers.
 SINGLE_TILE_MAX_N = 65536
 #: Widest row the single-tile backward takes. Above it, its per-program fp32 dw accumulator plus
@@ -55,6 +63,18 @@ BACKWARD_HOLD_STORAGE_FORM_FROM_BLOCK_N = 16384
 FORWARD_HOLD_STORAGE_FORM_FROM_BLOCK_N = 32768
 #: Chunk width of the looped (wide-row) kernels.
 WIDE_BLOCK_N = 4096
+#: The held-row forward (gluon_kernels.rmsnorm_fwd_held_row_kernel): a row's first HELD_ROW_REG
+#: elements in registers, the rest in shared buffers of HELD_ROW_CHUNK, at most
+#: HELD_ROW_SHARED_CHUNKS (192 KB of 16-bit elements), HELD_ROW_WARPS warps, one program per SM.
+#: Measured in a probe at N = 131072, bf16: 1.13-1.15x the looped forward
+#: (results/nvidia-h200/probes/2026-11-30-1b0c37ff1bb0-gluon-wide-forward-ab.txt).
+HELD_ROW_REG = 32768
+HELD_ROW_CHUNK = 32768
+HELD_ROW_SHARED_CHUNKS = 3
+HELD_ROW_WARPS = 32
+HELD_ROW_MAX_N = HELD_ROW_REG + HELD_ROW_SHARED_CHUNKS * HELD_ROW_CHUNK
+#: Shared memory the kernel needs beyond its buffers (its reductions' scratch), with margin.
+HELD_ROW_SCRATCH_BYTES = 4096
 #: Chunk width of the split kernels (wide rows, fewer of them than SMs): one program per
 #: (row, chunk).
 SPLIT_BLOCK_N = 16384
@@ -615,6 +635,8 @@ def rmsnorm_forward(
     args = (x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual)
     with _on_device(x):
         paths = _forward_paths(m, n, x.device)
+        if forward_holds_row_on_chip(x, y, has_residual):
+            paths = [*paths, _forward_held_row]
         if paths == [_forward_single_tile] and replay_key is not None:
             _record(replay_key, _forward_single_tile, args, 1)
         elif len(paths) == 1 or not autotuning():
@@ -711,6 +733,60 @@ def _forward_looped(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_
         x, weight, y, rstd, r_arg, h_arg, *strides, m, n, eps, offset, m.bit_length(),
         dtypes=(x.dtype, weight.dtype, y.dtype), BLOCK_N=WIDE_BLOCK_N, HAS_RESIDUAL=has_residual,
     )  # fmt: skip
+
+
+def forward_holds_row_on_chip(x: torch.Tensor, y: torch.Tensor, has_residual: bool) -> bool:
+    """Whether the held-row forward can serve x: Gluon present, an NVIDIA GPU with the shared
+    memory, 16-bit rows of SINGLE_TILE_MAX_N < N <= HELD_ROW_MAX_N with N a multiple of 8 (the
+    copies move 16-byte vectors), rows of x and y 16-byte aligned (the kernel specializes on
+    it), no residual."""
+    n = x.shape[1]
+    return (
+        gluon_kernels is not None
+        and not has_residual
+        and x.dtype in (torch.float16, torch.bfloat16)
+        and SINGLE_TILE_MAX_N < n <= HELD_ROW_MAX_N
+        and n % 8 == 0
+        and all(t.data_ptr() % 16 == 0 and t.stride(0) % 16 == 0 for t in (x, y))
+        and _inline_ptx_runs()
+        and _held_row_fits_device(x.device, n)
+    )
+
+
+def _held_row_fits_device(device: torch.device, n: int) -> bool:
+    """A CUDA device that gives a program the held row's shared memory (the H100 and H200 do;
+    an A100's 163 KB does not)."""
+    return device.type == "cuda" and _shared_bytes_per_block(
+        device.index or 0
+    ) >= _held_row_shared_bytes(n)
+
+
+def _held_row_shared_chunks(n: int) -> int:
+    return cdiv(n - HELD_ROW_REG, HELD_ROW_CHUNK)
+
+
+def _held_row_shared_bytes(n: int) -> int:
+    return _held_row_shared_chunks(n) * HELD_ROW_CHUNK * 2 + HELD_ROW_SCRATCH_BYTES
+
+
+@functools.cache
+def _shared_bytes_per_block(device_index: int) -> int:
+    """The most shared memory a program may ask for on this device (0 if torch does not say)."""
+    props = torch.cuda.get_device_properties(device_index)
+    return int(getattr(props, "shared_memory_per_block_optin", 0) or 0)
+
+
+def _forward_held_row(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
+    """Rows held on chip (forward_holds_row_on_chip says when): one launch, one program per SM
+    walking its rows; a fixed configuration (no tuning)."""
+    m, n = x.shape
+    config = {"REG": HELD_ROW_REG, "SHARED_CHUNKS": _held_row_shared_chunks(n),
+              "CHUNK": HELD_ROW_CHUNK, "WARPS": HELD_ROW_WARPS}  # fmt: skip
+    meta = {"N": n, **config, "num_warps": HELD_ROW_WARPS}
+    grid = (min(m, _programs_cap(x.device)),)
+    args = (x, weight, y, rstd, strides[0], strides[1], m, eps, offset)
+    direct.launch(gluon_kernels.rmsnorm_fwd_held_row_kernel, grid, args, meta, x.get_device())
+    _LAUNCHED["rmsnorm_fwd_held_row_kernel"] = {**config, "num_warps": HELD_ROW_WARPS}
 
 
 def _forward_split(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
