@@ -73,7 +73,7 @@ def test_forward_measures_it_beside_the_default_path(monkeypatch):
         return lambda *args: None
 
     monkeypatch.setattr(launch, "_measured_path", measured)
-    x = torch.zeros(4, WIDEST, dtype=torch.bfloat16)
+    x = torch.zeros(4, WIDEST, dtype=torch.bfloat16, device=DEVICE)
     launch.rmsnorm_forward(x, x[0], 1e-6)
     assert offered == [[*launch._forward_paths(4, WIDEST, x.device), launch._forward_held_row]]
 

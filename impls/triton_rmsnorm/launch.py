@@ -66,8 +66,8 @@ WIDE_BLOCK_N = 4096
 #: The held-row forward (gluon_kernels.rmsnorm_fwd_held_row_kernel): a row's first HELD_ROW_REG
 #: elements in registers, the rest in shared buffers of HELD_ROW_CHUNK, at most
 #: HELD_ROW_SHARED_CHUNKS (192 KB of 16-bit elements), HELD_ROW_WARPS warps, one program per SM.
-#: Measured in a probe at N = 131072, bf16: 1.13-1.15x the looped forward
-#: (results/nvidia-h200/probes/2026-11-30-1b0c37ff1bb0-gluon-wide-forward-ab.txt).
+#: At N = 131072 on the H200: 3131-3310 GB/s bf16 at 256-1024 rows, 1.17x the looped forward
+#: at 512 rows (results/nvidia-h200/2026-11-30-e8ad3d4cb361-n131072.jsonl; perf log, v16).
 HELD_ROW_REG = 32768
 HELD_ROW_CHUNK = 32768
 HELD_ROW_SHARED_CHUNKS = 3
