@@ -60,6 +60,22 @@ def test_launch_offers_it_for_aligned_16_bit_rows_past_the_single_tile(monkeypat
     assert not offered(WIDEST)
 
 
+def test_device_part_of_the_decision(monkeypatch):
+    """Compute capability 9.0 or later, and the shared memory its buffers need: 2 buffers up to
+    98304 columns (131 KB), 3 beyond (196 KB)."""
+    cuda = torch.device("cuda", 0)
+    assert not launch._held_row_fits_device(torch.device("cpu"), WIDEST)
+    for capability, shared, n, fits in [
+        ((9, 0), 232448, WIDEST, True),
+        ((9, 0), 166912, WIDEST, False),
+        ((9, 0), 166912, 98304, True),
+        ((8, 0), 232448, 98304, False),
+    ]:
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index, c=capability: c)
+        monkeypatch.setattr(launch, "_shared_bytes_per_block", lambda index, s=shared: s)
+        assert launch._held_row_fits_device(cuda, n) is fits, (capability, shared, n)
+
+
 def test_forward_measures_it_beside_the_default_path(monkeypatch):
     """Where it is offered, the forward's first call measures it against the default path
     (looped or split) rather than taking it blindly."""

@@ -73,6 +73,7 @@ def rmsnorm_fwd_held_row_kernel(
         for c in gl.static_range(SHARED_CHUNKS):
             async_copy.wait_group(SHARED_CHUNKS - 1 - c)  # buffers 0..c have landed
             xs = held.index(c).load(layout).to(gl.float32)
+            xs = gl.where(REG + c * CHUNK + chunk_cols < N, xs, 0.0)  # not only the copy's zeros
             acc += gl.sum(xs * xs, axis=0)
         rstd = 1.0 / gl.sqrt_rn(acc / N + eps)
         y_row = Y + row * stride_y_row
@@ -91,3 +92,4 @@ def rmsnorm_fwd_held_row_kernel(
             _async_load(held.index(c), x_next + cols, mask=in_row & more)
             async_copy.commit_group()
         gl.store(RSTD + row, rstd)
+    async_copy.wait_group(0)  # the last row's (masked) copies land before the program ends

@@ -736,16 +736,17 @@ def _forward_looped(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_
 
 
 def forward_holds_row_on_chip(x: torch.Tensor, y: torch.Tensor, has_residual: bool) -> bool:
-    """Whether the held-row forward can serve x: Gluon present, an NVIDIA GPU with the shared
-    memory, 16-bit rows of SINGLE_TILE_MAX_N < N <= HELD_ROW_MAX_N with N a multiple of 8 (the
-    copies move 16-byte vectors), rows of x and y 16-byte aligned (the kernel specializes on
-    it), no residual."""
+    """Whether the held-row forward can serve x: 16-bit rows of SINGLE_TILE_MAX_N < N <=
+    HELD_ROW_MAX_N with N a multiple of 8 (the copies move 16-byte vectors), no residual, x and
+    y at 16-byte addresses with row strides that divide by 16 elements (Triton marks an integer
+    divisible by 16 or not at all, and the copies need the rows' 16-byte alignment proven),
+    Gluon present, a Hopper-class NVIDIA GPU (_held_row_fits_device)."""
     n = x.shape[1]
     return (
-        gluon_kernels is not None
+        SINGLE_TILE_MAX_N < n <= HELD_ROW_MAX_N
+        and gluon_kernels is not None
         and not has_residual
         and x.dtype in (torch.float16, torch.bfloat16)
-        and SINGLE_TILE_MAX_N < n <= HELD_ROW_MAX_N
         and n % 8 == 0
         and all(t.data_ptr() % 16 == 0 and t.stride(0) % 16 == 0 for t in (x, y))
         and _inline_ptx_runs()
@@ -754,10 +755,13 @@ def forward_holds_row_on_chip(x: torch.Tensor, y: torch.Tensor, has_residual: bo
 
 
 def _held_row_fits_device(device: torch.device, n: int) -> bool:
-    """A CUDA device that gives a program the held row's shared memory (the H100 and H200 do;
-    an A100's 163 KB does not)."""
-    return device.type == "cuda" and _shared_bytes_per_block(
-        device.index or 0
+    """A CUDA device of compute capability 9.0 or later (measured on the H200 only) that gives
+    a program the held row's shared memory (the H100 and H200 give 227 KB)."""
+    if device.type != "cuda":
+        return False
+    index = device.index or 0
+    return torch.cuda.get_device_capability(index) >= (9, 0) and _shared_bytes_per_block(
+        index
     ) >= _held_row_shared_bytes(n)
 
 
