@@ -25,10 +25,6 @@ MARKERS = {"bf16": "0xFFFF0000", "fp16": "mov.b32 {lo, hi}"}
 
 
 def compile_ptx(case: dict) -> str:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     from impls.triton_rmsnorm import kernels
 
     if case["kernel"] == "held_row":
@@ -46,6 +42,30 @@ def compile_ptx(case: dict) -> str:
                       "PERSISTENT": case["persistent"], "ROWS_CONTIGUOUS": True}  # fmt: skip
     constexprs.update(BLOCK_M=1, BLOCK_N=case["block_n"], LOOP_STAGES=stages,
                       HOLD_STORAGE_FORM=case["hold"])  # fmt: skip
+    options = {"num_warps": case["warps"], "num_stages": stages}
+    return _ptx(kernel, pointer_types, constexprs, options)
+
+
+def _compile_held_row_ptx(case: dict) -> str:
+    """gluon_kernels.rmsnorm_fwd_held_row_kernel at N = block_n, as launch configures it, its
+    row strides divisible by 16 (as launch requires)."""
+    from impls.triton_rmsnorm import gluon_kernels, launch
+
+    n, x = case["block_n"], case["x"]
+    pointer_types = {"X": x, "W": x, "Y": x, "RSTD": "fp32"}
+    constexprs = {"N": n, "REG": launch.HELD_ROW_REG, "CHUNK": launch.HELD_ROW_CHUNK,
+                  "SHARED_CHUNKS": launch._held_row_shared_chunks(n), "WARPS": case["warps"]}  # fmt: skip
+    return _ptx(gluon_kernels.rmsnorm_fwd_held_row_kernel, pointer_types, constexprs,
+                {"num_warps": case["warps"]}, divisible=("stride_x_row", "stride_y_row"))  # fmt: skip
+
+
+def _ptx(kernel, pointer_types: dict, constexprs: dict, options: dict, divisible=()) -> str:
+    """The kernel's PTX for sm_90: pointers 16-byte aligned, eps and offset fp32, other scalars
+    i32 (those named in divisible marked divisible by 16)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
     signature, attrs = {}, {}
     for index, name in enumerate(kernel.arg_names):
         if name in pointer_types:
@@ -57,40 +77,29 @@ def compile_ptx(case: dict) -> str:
             signature[name] = "fp32"
         else:
             signature[name] = "i32"
-    source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
-    options = {"num_warps": case["warps"], "num_stages": stages}
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
-
-
-def _compile_held_row_ptx(case: dict) -> str:
-    """gluon_kernels.rmsnorm_fwd_held_row_kernel at N = block_n, as launch configures it."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    from impls.triton_rmsnorm import gluon_kernels, launch
-
-    kernel = gluon_kernels.rmsnorm_fwd_held_row_kernel
-    n, x = case["block_n"], case["x"]
-    pointer_types = {"X": x, "W": x, "Y": x, "RSTD": "fp32"}
-    constexprs = {"N": n, "REG": launch.HELD_ROW_REG, "CHUNK": launch.HELD_ROW_CHUNK,
-                  "SHARED_CHUNKS": launch._held_row_shared_chunks(n), "WARPS": case["warps"]}  # fmt: skip
-    signature, attrs = {}, {}
-    for index, name in enumerate(kernel.arg_names):
-        if name in pointer_types:
-            signature[name] = "*" + pointer_types[name]
-            attrs[(index,)] = [["tt.divisibility", 16]]
-        elif name in constexprs:
-            signature[name] = "constexpr"
-        elif name in ("eps", "offset"):
-            signature[name] = "fp32"
-        else:
-            signature[name] = "i32"
-            if name.startswith("stride"):
+            if name in divisible:
                 attrs[(index,)] = [["tt.divisibility", 16]]
-    source = GluonASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
-    options = {"num_warps": case["warps"]}
+    source_type = ASTSource
+    if getattr(kernel, "is_gluon", lambda: False)():
+        from triton.experimental.gluon._runtime import GluonASTSource as source_type
+    source = source_type(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+
+
+def run(cases: list[dict]) -> list[dict]:
+    """main(cases), in a process of its own without TRITON_INTERPRET (for the tests)."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.sm90_compile", json.dumps(cases)],
+        cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main(cases: list[dict]) -> list[dict]:

@@ -6,17 +6,12 @@ the plain kernels."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 from harness.inputs import make_inputs
 from impls.triton_rmsnorm import launch
+from tests import sm90_compile
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
 from tests.test_triton_features import _assert_matches_oracle
@@ -79,14 +74,7 @@ def test_held_kernels_compile_for_sm90_with_their_inline_upcasts():
         "triton.backends.nvidia.compiler", reason="Triton without its NVIDIA backend"
     )
     cases = [dict(zip(_CASE_FIELDS, case, strict=True)) for case, _ in _COMPILED_CASES]
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.sm90_compile", json.dumps(cases)],
-        cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found = sm90_compile.run(cases)
     assert found == [expected for _, expected in _COMPILED_CASES]
 
 
