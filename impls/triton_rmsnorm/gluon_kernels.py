@@ -9,6 +9,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
+from .kernels import BF16X2_TO_FP32_PTX, FP16X2_TO_FP32_PTX
+
 #: cp.async from a tensor of pointers into a shared buffer: Triton 3.6 calls it
 #: async_copy_global_to_shared, later versions async_load (and raise on the old name).
 _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
@@ -20,14 +22,12 @@ def _upcast_opaque(v):
     conversion of v (kernels._upcast_opaque, in Gluon)."""
     if v.dtype == gl.bfloat16:
         out = gl.inline_asm_elementwise(
-            "shl.b32 $0, $2, 16; and.b32 $1, $2, 0xFFFF0000;", "=r,=r,r", [v],
-            dtype=gl.float32, is_pure=False, pack=2,
-        )  # fmt: skip
+            BF16X2_TO_FP32_PTX, "=r,=r,r", [v], dtype=gl.float32, is_pure=False, pack=2
+        )
     else:
         out = gl.inline_asm_elementwise(
-            "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.f32.f16 $0, lo; cvt.f32.f16 $1, hi; }",
-            "=r,=r,r", [v], dtype=gl.float32, is_pure=False, pack=2,
-        )  # fmt: skip
+            FP16X2_TO_FP32_PTX, "=r,=r,r", [v], dtype=gl.float32, is_pure=False, pack=2
+        )
     return out
 
 
