@@ -5,13 +5,15 @@ and pytest's conftest sets it on machines without CUDA):
 
     python -m tests.sm90_compile '[{"kernel": "bwd", "x": "bf16", "dy": "bf16", "hold": true, ...}]'
 
-Each case names the kernel ("bwd": rmsnorm_bwd_kernel, "fwd": rmsnorm_fwd_kernel, "held_row":
+Each case names the kernel ("bwd": rmsnorm_bwd_kernel, "bwd_shifted": rmsnorm_bwd_shifted_kernel
+at N = block_n - 1 with 16-bit rows, "fwd": rmsnorm_fwd_kernel, "held_row":
 gluon_kernels.rmsnorm_fwd_held_row_kernel, whose case gives only x, block_n and warps), x's dtype
 (and dy's, for the backward), HOLD_STORAGE_FORM, HAS_DH_OUT or HAS_RESIDUAL ("extra"), the tile
 width, num_warps, LOOP_STAGES and, for the forward, whether programs walk the tiles
 (PERSISTENT; the backward always does), with BLOCK_M = 1. Prints
 one JSON list: per case, whether the PTX holds the bf16 and the fp16 inline upcasts of
-kernels._upcast_opaque (markers only its asm produces) and, for held_row, its cp.async copies.
+kernels._upcast_opaque (markers only its asm produces), for held_row its cp.async copies, and
+for bwd_shifted how many 16-byte global loads, cp.async copies and stores it has.
 """
 
 from __future__ import annotations
@@ -30,11 +32,14 @@ def compile_ptx(case: dict) -> str:
     if case["kernel"] == "held_row":
         return _compile_held_row_ptx(case)
     x, stages = case["x"], case["stages"]
-    if case["kernel"] == "bwd":
+    if case["kernel"] in ("bwd", "bwd_shifted"):
         kernel = kernels.rmsnorm_bwd_kernel
         pointer_types = {"X": x, "W": x, "DY": case["dy"], "RSTD": "fp32", "DX": x,
                          "DW_PARTIAL": "fp32", "DH_OUT": x}  # fmt: skip
         constexprs = {"HAS_DH_OUT": case["extra"]}
+        if case["kernel"] == "bwd_shifted":  # odd N: 8 residue classes, the last columns wrap
+            kernel = kernels.rmsnorm_bwd_shifted_kernel
+            constexprs.update(VEC=8, PERIOD=8, MAY_WRAP=True)
     else:
         kernel = kernels.rmsnorm_fwd_kernel
         pointer_types = {"X": x, "W": x, "Y": x, "RSTD": "fp32", "R": x, "H": x}
@@ -109,6 +114,10 @@ def main(cases: list[dict]) -> list[dict]:
         found = {dtype: marker in ptx for dtype, marker in MARKERS.items()}
         if case["kernel"] == "held_row":  # its rows go through shared memory by cp.async
             found["cp.async"] = "cp.async.cg.shared.global" in ptx
+        if case["kernel"] == "bwd_shifted":  # (cp.async.cg copies 16 bytes only)
+            found["vector loads"] = ptx.count("ld.global.v4.b32")
+            found["staged vectors"] = ptx.count("cp.async.cg.shared.global")
+            found["vector stores"] = ptx.count("st.global.v4.b32")
         report.append(found)
     return report
 

@@ -262,6 +262,118 @@ def _upcast_opaque(v):
     return out
 
 
+# ---- rows not 16-byte aligned: odd N and the like ---------------------------------------------
+
+
+@triton.jit(do_not_specialize=["ROWS_BUCKET"])
+def rmsnorm_bwd_shifted_kernel(
+    X, W, DY, RSTD, DX, DW_PARTIAL, DH_OUT,
+    stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, M, N, rows_per_program, offset,
+    ROWS_BUCKET,  # bit length of M: part of the autotuning key only, unused here
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    VEC: tl.constexpr,  # elements in 16 bytes
+    PERIOD: tl.constexpr,  # rows after which the rows' alignment repeats (VEC / gcd(stride, VEC))
+    MAY_WRAP: tl.constexpr,  # N + the largest shift > BLOCK_N (see below)
+    HAS_DH_OUT: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,
+    HOLD_STORAGE_FORM: tl.constexpr = False,
+):  # fmt: skip
+    """rmsnorm_bwd_kernel for rows that do not start on 16 bytes (N odd, say), whose element
+    loads the plain kernel cannot widen, nor its row loop stage through cp.async (4 bytes at
+    least): at 8192x4095 bf16 it ran at 49% of the copy against 85% at 4096 columns
+    (results/nvidia-h200/probes/2026-11-30-602c254d9e20-backward-odd-n-sweep.txt).
+
+    The launcher guarantees 16-byte aligned bases and row strides equal modulo VEC, so row r
+    starts (r * stride) % VEC elements past a 16-byte boundary in every tensor: its shift,
+    which repeats every PERIOD rows. Program pid takes rows of one residue class,
+    r = pid % PERIOD + PERIOD * i, a contiguous chunk of i each: one shift per program.
+
+    Its tile holds lane j at column (j - shift) mod BLOCK_N, so that lanes read and write the
+    row in aligned groups of VEC: whole 16-byte vectors, which the row loop stages through
+    cp.async. The groups at the row's two ends are read whole too, taking in up to VEC - 1
+    elements of the neighbouring rows (past the last row: the rest of its last aligned 16
+    bytes, which no page boundary splits), and those lanes are zeroed. Where the row's last
+    columns pass lane BLOCK_N (MAY_WRAP: N within VEC - 1 of BLOCK_N) they wrap round to group
+    0's first lanes, which then take a second aligned vector, from past lane BLOCK_N. dx is
+    stored in whole vectors, and element by element in the two end groups; w and the dw
+    accumulator are held in the same frame, once per program. The math is rmsnorm_bwd_kernel's.
+    """
+    pid = tl.program_id(0)
+    row_class = pid % PERIOD
+    shift = row_class * (stride_x_row % VEC) % VEC  # (not row_class * stride: int32)
+    lanes = tl.arange(0, BLOCK_N)
+    group = lanes // VEC * VEC  # first lane of each lane's group: masks below are constant over
+    # each group, which is what lets Triton move a group as one vector
+    cols = tl.where(lanes >= shift, lanes - shift, lanes - shift + BLOCK_N)
+    in_row = cols < N
+    whole = (group >= shift) & (group + VEC <= shift + N)
+    near = (group + VEC > shift) & (group < shift + N)  # groups read in place
+    wraps = (group == 0) & (shift + N > BLOCK_N + group)  # group 0 also has the last columns
+    unwrapped = lanes >= shift
+
+    w = tl.load(W + cols, mask=in_row, other=0.0).to(tl.float32) + offset
+    dw_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+
+    class_rows = (M - row_class + PERIOD - 1) // PERIOD
+    first = (pid // PERIOD).to(tl.int64) * rows_per_program
+    last = tl.minimum(first + rows_per_program, class_rows)
+    for step in tl.range(first, last, BLOCK_M, num_stages=LOOP_STAGES):
+        index = step + tl.arange(0, BLOCK_M)
+        row_mask = index < last
+        rows = row_class + index * PERIOD
+        x_loaded = _load_shifted(X, rows, stride_x_row, shift, lanes, row_mask, near, wraps,
+                                 unwrapped, BLOCK_N, VEC, MAY_WRAP)  # fmt: skip
+        dy_loaded = _load_shifted(DY, rows, stride_dy_row, shift, lanes, row_mask, near, wraps,
+                                  unwrapped, BLOCK_N, VEC, MAY_WRAP)  # fmt: skip
+        rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+
+        dy = dy_loaded.to(tl.float32)
+        x_hat = x_loaded.to(tl.float32) * rstd[:, None]
+        g = w[None, :] * dy
+        # lanes outside the row hold other rows' values (any, inf included): kept out of the
+        # sum; their dx and dw are never stored
+        mean_gx = tl.sum(tl.where(in_row[None, :], g * x_hat, 0.0), axis=1) / N
+        if HOLD_STORAGE_FORM:  # second pass: from the values as loaded, upcast again
+            x_hat = _upcast_opaque(x_loaded) * rstd[:, None]
+            dy = _upcast_opaque(dy_loaded)
+            g = w[None, :] * dy
+        dx = (g - x_hat * mean_gx[:, None]) * rstd[:, None]
+        if HAS_DH_OUT:
+            dh = _load_shifted(DH_OUT, rows, stride_dh_row, shift, lanes, row_mask, near, wraps,
+                               unwrapped, BLOCK_N, VEC, MAY_WRAP)  # fmt: skip
+            dx += dh.to(tl.float32)
+        dx = dx.to(DX.dtype.element_ty)
+        # whole groups as vectors; the end groups' lanes inside the row one by one, at the same
+        # addresses (wrapped lanes BLOCK_N further)
+        at = DX + tl.multiple_of(rows * stride_dx_row - shift, VEC)[:, None] + lanes[None, :]
+        tl.store(at, dx, mask=row_mask[:, None] & whole[None, :])
+        ends = row_mask[:, None] & (in_row & ~whole)[None, :]
+        tl.store(at, dx, mask=ends & unwrapped[None, :])
+        if MAY_WRAP:
+            tl.store(at + BLOCK_N, dx, mask=ends & ~unwrapped[None, :])
+
+        dw_acc += dy * x_hat  # (rows past the chunk's end load zeros)
+
+    tl.store(DW_PARTIAL + pid.to(tl.int64) * N + cols, tl.sum(dw_acc, axis=0), mask=in_row)
+
+
+@triton.jit
+def _load_shifted(
+    PTR, rows, stride_row, shift, lanes, row_mask, near, wraps, unwrapped,
+    BLOCK_N: tl.constexpr, VEC: tl.constexpr, MAY_WRAP: tl.constexpr,
+):  # fmt: skip
+    """rmsnorm_bwd_shifted_kernel's tile of rows from PTR, in aligned vectors, in the frame
+    lane j = column (j - shift) mod BLOCK_N, as loaded. Lanes of the end groups outside the row
+    hold the neighbouring elements; rows past row_mask and groups outside the row, zeros."""
+    at = PTR + tl.multiple_of(rows * stride_row - shift, VEC)[:, None] + lanes[None, :]
+    v = tl.load(at, mask=row_mask[:, None] & near[None, :], other=0.0)
+    if MAY_WRAP:
+        wrapped = tl.load(at + BLOCK_N, mask=row_mask[:, None] & wraps[None, :], other=0.0)
+        v = tl.where(unwrapped[None, :], v, wrapped)
+    return v
+
+
 # ---- wide rows: N above what one tile holds in registers --------------------------------------
 
 

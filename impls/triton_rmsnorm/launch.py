@@ -3,7 +3,9 @@
 Paths, chosen by the hidden size N (and for wide rows by M), separately for each direction:
 - single tile (forward N <= SINGLE_TILE_MAX_N, backward N <= BACKWARD_SINGLE_TILE_MAX_N): whole
   rows in one [BLOCK_M, BLOCK_N] tile (BLOCK_N = next_power_of_2(N)), x read once; the backward
-  walks rows with a private dw accumulator per program.
+  walks rows with a private dw accumulator per program, and takes rows that do not start on 16
+  bytes (N odd, say) in a kernel of its own that reads and writes them in aligned vectors
+  (backward_row_period).
 - looped, for wider rows: each row walked in WIDE_BLOCK_N chunks (the forward, persistent, reads
   x twice, the second time mostly from L2), the backward in two steps (per-row dot product, then
   column blocks x row groups). No hidden-size cap below 2**31.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -101,8 +104,18 @@ ROWS_PER_TILE_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 #: (tuning tries this and twice this), so narrow rows are taken several at a time; rows of
 #: TILE_TARGET or more elements go one per tile. Per-thread element counts outside a range keep
 #: the autotuner from compiling configs that only spill or idle.
-TILE_TARGET = {"rmsnorm_fwd_kernel": 4096, "rmsnorm_bwd_kernel": 4096}
-_ELEMENTS_PER_THREAD = {"rmsnorm_fwd_kernel": (4, 64), "rmsnorm_bwd_kernel": (8, 32)}
+TILE_TARGET = {
+    "rmsnorm_fwd_kernel": 4096,
+    "rmsnorm_bwd_kernel": 4096,
+    "rmsnorm_bwd_shifted_kernel": 4096,
+}
+_ELEMENTS_PER_THREAD = {
+    "rmsnorm_fwd_kernel": (4, 64),
+    "rmsnorm_bwd_kernel": (8, 32),
+    "rmsnorm_bwd_shifted_kernel": (8, 32),
+}
+#: The single-tile backward kernels: rows that start on 16 bytes, and rows that do not.
+_BACKWARD_TILE_KERNELS = ("rmsnorm_bwd_kernel", "rmsnorm_bwd_shifted_kernel")
 #: The largest tile a single-tile program holds: [BLOCK_M, BLOCK_N] elements.
 MAX_TILE = 65536
 
@@ -168,6 +181,7 @@ FORWARD_GRID_CHOICES = ((0, 1), *((p, s) for p in (1, 2, 4) for s in (3, 4)))
 _PIPELINED_LOOPS = {
     "rmsnorm_fwd_kernel",
     "rmsnorm_bwd_kernel",
+    "rmsnorm_bwd_shifted_kernel",
     "rmsnorm_fwd_looped_kernel",
     "rmsnorm_bwd_row_dot_kernel",
     "rmsnorm_bwd_columns_kernel",
@@ -229,7 +243,7 @@ def _prune_tiles(kernel_name: str):
         candidates = {h}
         if 2 * h * block_n <= MAX_TILE:
             candidates.add(2 * h)
-        if kernel_name == "rmsnorm_bwd_kernel":  # no taller tile than a program's rows
+        if kernel_name in _BACKWARD_TILE_KERNELS:  # no taller tile than a program's rows
             rows = next_power_of_2(named_args["rows_per_program"])
             candidates = {min(c, rows) for c in candidates}
         if kernel_name == "rmsnorm_fwd_kernel":
@@ -324,6 +338,7 @@ _TUNED_KERNELS = (
     "rmsnorm_fwd_kernel",
     "rmsnorm_fwd_looped_kernel",
     "rmsnorm_bwd_kernel",
+    "rmsnorm_bwd_shifted_kernel",
     "rmsnorm_bwd_columns_kernel",
     "rmsnorm_bwd_row_dot_kernel",
     "rmsnorm_fwd_split_sumsq_kernel",
@@ -336,6 +351,7 @@ _TUNED_KERNELS = (
 _PRUNE = {
     "rmsnorm_fwd_kernel": _prune_tiles("rmsnorm_fwd_kernel"),
     "rmsnorm_bwd_kernel": _prune_tiles("rmsnorm_bwd_kernel"),
+    "rmsnorm_bwd_shifted_kernel": _prune_tiles("rmsnorm_bwd_shifted_kernel"),
     "rmsnorm_fwd_looped_kernel": _prune_looped_forward,
     "rmsnorm_fwd_split_sumsq_kernel": _prune_warps,
     "rmsnorm_fwd_split_scale_kernel": _prune_warps,
@@ -847,7 +863,7 @@ def rmsnorm_backward(
     args = (dy, x, weight, rstd, offset, dx, dh_arg, dh_out is not None, dw)
     with _on_device(x):
         if replay_key is not None and not backward_is_looped(n):
-            extra = _single_tile_backward_grid(m, x.device)
+            extra = _single_tile_backward_grid(m, x.device, backward_row_period(x, dy, dh_out))
             _record(replay_key, _backward_launches, args, 2, extra)
         else:
             _backward_launches(*args)
@@ -875,17 +891,48 @@ def _backward_launch(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) 
 def _backward_single_tile(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool):
     m, n = x.shape
     block_n = block_size(n)
-    programs, rows_per_program = _single_tile_backward_grid(m, x.device)
+    period = backward_row_period(x, dy, dh_arg if has_dh_out else None)
+    programs, rows_per_program = _single_tile_backward_grid(m, x.device, period)
     dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
+    args = _single_tile_backward_args(
+        dy, x, weight, rstd, offset, dx, dh_arg, dw_partial, rows_per_program
+    )
+    switches = {
+        "BLOCK_N": block_n,
+        "HAS_DH_OUT": has_dh_out,
+        "HOLD_STORAGE_FORM": backward_holds_storage_form(block_n, x.dtype, dy.dtype),
+    }
+    if period > 1:
+        vec = 16 // x.element_size()
+        largest_shift = vec - vec // period  # shifts are the multiples of vec // period
+        switches.update(VEC=vec, PERIOD=period, MAY_WRAP=n + largest_shift > block_n)
     _launch(
-        "rmsnorm_bwd_kernel", (programs,),
-        *_single_tile_backward_args(dy, x, weight, rstd, offset, dx, dh_arg, dw_partial,
-                                    rows_per_program),
-        dtypes=(x.dtype, weight.dtype, dy.dtype, dh_arg.dtype), BLOCK_N=block_n,
-        HAS_DH_OUT=has_dh_out,
-        HOLD_STORAGE_FORM=backward_holds_storage_form(block_n, x.dtype, dy.dtype),
+        "rmsnorm_bwd_shifted_kernel" if period > 1 else "rmsnorm_bwd_kernel", (programs,), *args,
+        dtypes=(x.dtype, weight.dtype, dy.dtype, dh_arg.dtype), **switches,
     )  # fmt: skip
     return dw_partial
+
+
+def backward_row_period(x: torch.Tensor, dy: torch.Tensor, dh_out: torch.Tensor | None) -> int:
+    """1 where the single-tile backward's rows start on 16 bytes, or cannot be shifted into
+    alignment together; else the PERIOD of rmsnorm_bwd_shifted_kernel, which takes them: rows
+    whose element offsets r * stride are not multiples of 16 bytes (N odd, say), in x, dy, dx
+    (contiguous, stride N) and dh_out alike, that is with every base on 16 bytes, one element
+    size and every row stride equal to N modulo the elements in 16 bytes; rows of two 16-byte
+    groups or more (the kernel's tile must span whole groups; narrower rows move few bytes)."""
+    m, n = x.shape
+    size = x.element_size()
+    vec = 16 // size
+    residue = n % vec
+    tensors = (x, dy) if dh_out is None else (x, dy, dh_out)
+    if (
+        residue == 0
+        or n < 2 * vec
+        or any(t.element_size() != size or t.data_ptr() % 16 for t in tensors)
+        or any(t.stride(0) % vec != residue for t in tensors if m > 1)
+    ):
+        return 1
+    return vec // math.gcd(residue, vec)
 
 
 def backward_holds_storage_form(block_n: int, x_dtype: torch.dtype, dy_dtype: torch.dtype) -> bool:
@@ -906,10 +953,15 @@ def _inline_ptx_runs() -> bool:
     return not interpreting() and torch.version.hip is None
 
 
-def _single_tile_backward_grid(m: int, device: torch.device) -> tuple[int, int]:
-    """(programs, rows per program): contiguous chunks of rows, no program without rows."""
-    rows_per_program = cdiv(m, backward_programs(m, device))
-    return cdiv(m, rows_per_program), rows_per_program
+def _single_tile_backward_grid(m: int, device: torch.device, period: int = 1) -> tuple[int, int]:
+    """(programs, rows per program): contiguous chunks of rows, no program without rows. With
+    period > 1 (rmsnorm_bwd_shifted_kernel) the chunks are of each residue class of rows modulo
+    period, period programs of each chunk index; a class with fewer rows may leave a program
+    without rows (it writes zero partials)."""
+    class_rows = cdiv(m, period)
+    per_class = max(1, backward_programs(m, device) // period)
+    rows_per_program = cdiv(class_rows, per_class)
+    return period * cdiv(class_rows, rows_per_program), rows_per_program
 
 
 def _single_tile_backward_args(
