@@ -5,15 +5,16 @@ and pytest's conftest sets it on machines without CUDA):
 
     python -m tests.sm90_compile '[{"kernel": "bwd", "x": "bf16", "dy": "bf16", "hold": true, ...}]'
 
-Each case names the kernel ("bwd": rmsnorm_bwd_kernel, "bwd_shifted": rmsnorm_bwd_shifted_kernel
-at N = block_n - 1 with 16-bit rows, "fwd": rmsnorm_fwd_kernel, "held_row":
+Each case names the kernel ("bwd": rmsnorm_bwd_kernel, "fwd": rmsnorm_fwd_kernel,
+"bwd_shifted" and "fwd_shifted": rmsnorm_bwd_shifted_kernel and rmsnorm_fwd_shifted_kernel with
+16-bit rows of odd N, MAY_WRAP as the case's "wrap" says, "held_row":
 gluon_kernels.rmsnorm_fwd_held_row_kernel, whose case gives only x, block_n and warps), x's dtype
 (and dy's, for the backward), HOLD_STORAGE_FORM, HAS_DH_OUT or HAS_RESIDUAL ("extra"), the tile
 width, num_warps, LOOP_STAGES and, for the forward, whether programs walk the tiles
 (PERSISTENT; the backward always does), with BLOCK_M = 1. Prints
 one JSON list: per case, whether the PTX holds the bf16 and the fp16 inline upcasts of
 kernels._upcast_opaque (markers only its asm produces), for held_row its cp.async copies, and
-for bwd_shifted how many 16-byte global loads, cp.async copies and stores it has.
+for the shifted kernels how many 16-byte global loads, cp.async copies and stores they have.
 """
 
 from __future__ import annotations
@@ -39,7 +40,12 @@ def compile_ptx(case: dict) -> str:
         constexprs = {"HAS_DH_OUT": case["extra"]}
         if case["kernel"] == "bwd_shifted":  # odd N: 8 residue classes, the last columns wrap
             kernel = kernels.rmsnorm_bwd_shifted_kernel
-            constexprs.update(VEC=8, PERIOD=8, MAY_WRAP=True)
+            constexprs.update(VEC=8, PERIOD=8, MAY_WRAP=case["wrap"])
+    elif case["kernel"] == "fwd_shifted":
+        kernel = kernels.rmsnorm_fwd_shifted_kernel
+        pointer_types = {"X": x, "W": x, "Y": x, "RSTD": "fp32", "R": x, "H": x}
+        constexprs = {"N": case["block_n"] - 1, "HAS_RESIDUAL": case["extra"], "VEC": 8,
+                      "PERIOD": 8, "MAY_WRAP": case["wrap"]}  # fmt: skip
     else:
         kernel = kernels.rmsnorm_fwd_kernel
         pointer_types = {"X": x, "W": x, "Y": x, "RSTD": "fp32", "R": x, "H": x}
@@ -114,7 +120,7 @@ def main(cases: list[dict]) -> list[dict]:
         found = {dtype: marker in ptx for dtype, marker in MARKERS.items()}
         if case["kernel"] == "held_row":  # its rows go through shared memory by cp.async
             found["cp.async"] = "cp.async.cg.shared.global" in ptx
-        if case["kernel"] == "bwd_shifted":  # (cp.async.cg copies 16 bytes only)
+        if case["kernel"] in ("bwd_shifted", "fwd_shifted"):  # (cp.async.cg: 16 bytes only)
             found["vector loads"] = ptx.count("ld.global.v4.b32")
             found["staged vectors"] = ptx.count("cp.async.cg.shared.global")
             found["vector stores"] = ptx.count("st.global.v4.b32")

@@ -99,9 +99,8 @@ def test_held_backward_matches_the_oracle(shape, dtype, w_dtype, out_dtype):
     inputs = make_inputs(shape, dtype, DEVICE)
     launch.take_launch_configs()
     _assert_matches_oracle(inputs.x, inputs.weight.to(w_dtype), inputs.dy, out_dtype=out_dtype)
-    dy = inputs.dy.to(dy_dtype)
-    shifted = launch.backward_row_period(inputs.x, dy, None) > 1  # odd N: tests/test_shifted_rows
-    kernel = "rmsnorm_bwd_shifted_kernel" if shifted else "rmsnorm_bwd_kernel"
+    # odd N: rows not 16-byte aligned take the shifted kernel (tests/test_shifted_rows.py)
+    kernel = "rmsnorm_bwd_shifted_kernel" if shape[1] % 2 else "rmsnorm_bwd_kernel"
     assert kernel in launch.take_launch_configs()
 
 

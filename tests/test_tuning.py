@@ -62,7 +62,9 @@ def test_candidates_carry_the_keywords_a_launch_takes(kernel_name):
     values = {"X": x, "W": torch.empty(4096), "M": 4096, "rows_per_program": 32}
     args = tuple(values.get(name, 0) for name in kernel.arg_names)
     block_n = launch.SPLIT_BLOCK_N if "_split_" in kernel_name else 4096
-    switches = {k: False for k in ("HAS_RESIDUAL", "HAS_DH_OUT") if k in kernel.arg_names}
+    switches = {
+        k: False for k in ("HAS_RESIDUAL", "HAS_DH_OUT", "MAY_WRAP") if k in kernel.arg_names
+    }
     candidates = launch._candidates(kernel_name, args, {"BLOCK_N": block_n, **switches})
     assert candidates
     expected = launch._heuristic_config(kernel_name, block_n).keys()

@@ -266,6 +266,63 @@ def _upcast_opaque(v):
 
 
 @triton.jit(do_not_specialize=["ROWS_BUCKET"])
+def rmsnorm_fwd_shifted_kernel(
+    X, W, Y, RSTD, R, H,
+    stride_x_row, stride_y_row, stride_r_row, stride_h_row, M,
+    N: tl.constexpr,  # a compile-time constant, as in rmsnorm_fwd_kernel
+    eps, offset,
+    ROWS_BUCKET,  # bit length of M: part of the autotuning key only, unused here
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+    VEC: tl.constexpr,  # elements in 16 bytes
+    PERIOD: tl.constexpr,  # rows after which the rows' alignment repeats
+    MAY_WRAP: tl.constexpr,  # N + the largest shift > BLOCK_N
+    LOOP_STAGES: tl.constexpr,
+    HOLD_STORAGE_FORM: tl.constexpr = False,
+):  # fmt: skip
+    """rmsnorm_fwd_kernel for rows that do not start on 16 bytes (N odd, say), in
+    rmsnorm_bwd_shifted_kernel's frame (see there): every load and store of x, r, h and y a
+    16-byte vector but at the rows' ends. Program pid takes tiles of BLOCK_M rows of one residue
+    class, pid % PERIOD: that class's tiles pid // PERIOD, + programs / PERIOD, ... (the grid is
+    PERIOD times the programs per class), with the tile loop pipelined as the persistent
+    rmsnorm_fwd_kernel's, and w loaded once in the class's frame. Same formulas as
+    rmsnorm_fwd_kernel; the sum of squares runs in another order.
+    """
+    pid = tl.program_id(0)
+    row_class = pid % PERIOD
+    shift = row_class * (stride_x_row % VEC) % VEC  # (not row_class * stride: int32)
+    lanes, cols, in_row, whole, near, wraps, unwrapped = _shifted_frame(shift, N, BLOCK_N, VEC)
+    w = tl.load(W + cols, mask=in_row, other=0.0).to(tl.float32) + offset
+
+    class_rows = tl.where(row_class < M, (M - 1 - row_class) // PERIOD + 1, 0)  # no overflow
+    tiles = (class_rows + BLOCK_M - 1) // BLOCK_M
+    per_class = tl.num_programs(0) // PERIOD
+    for tile in tl.range(pid // PERIOD, tiles, per_class, num_stages=LOOP_STAGES):
+        # tile * BLOCK_M + BLOCK_M - 1 stays below 2**31 (as in _fwd_tile_reduce); rows: int64
+        index = (tile * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+        row_mask = index < class_rows
+        rows = row_class + index * PERIOD
+        x = _load_shifted(X, rows, stride_x_row, shift, lanes, row_mask, near, wraps, unwrapped,
+                          BLOCK_N, VEC, MAY_WRAP)  # fmt: skip
+        if HAS_RESIDUAL:
+            r = _load_shifted(R, rows, stride_r_row, shift, lanes, row_mask, near, wraps,
+                              unwrapped, BLOCK_N, VEC, MAY_WRAP)  # fmt: skip
+            x = (x.to(tl.float32) + r.to(tl.float32)).to(H.dtype.element_ty)
+            _store_shifted(H, x, rows, stride_h_row, shift, lanes, row_mask, in_row, whole,
+                           unwrapped, BLOCK_N, VEC, MAY_WRAP)  # fmt: skip
+        # lanes outside the row hold other rows' values (any, inf included): kept out of the sum
+        x_fp32 = tl.where(in_row[None, :], x.to(tl.float32), 0.0)
+        rstd = 1.0 / tl.sqrt_rn(tl.sum(x_fp32 * x_fp32, axis=1) / N + eps)
+        if HOLD_STORAGE_FORM:
+            x_fp32 = _upcast_opaque(x)
+        y = x_fp32 * rstd[:, None] * w[None, :]
+        _store_shifted(Y, y.to(Y.dtype.element_ty), rows, stride_y_row, shift, lanes, row_mask,
+                       in_row, whole, unwrapped, BLOCK_N, VEC, MAY_WRAP)  # fmt: skip
+        tl.store(RSTD + rows, rstd, mask=row_mask)
+
+
+@triton.jit(do_not_specialize=["ROWS_BUCKET"])
 def rmsnorm_bwd_shifted_kernel(
     X, W, DY, RSTD, DX, DW_PARTIAL, DH_OUT,
     stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, M, N, rows_per_program, offset,
@@ -293,7 +350,9 @@ def rmsnorm_bwd_shifted_kernel(
     row in aligned groups of VEC: whole 16-byte vectors, which the row loop stages through
     cp.async. The groups at the row's two ends are read whole too, taking in up to VEC - 1
     elements of the neighbouring rows (past the last row: the rest of its last aligned 16
-    bytes, which no page boundary splits), and those lanes are zeroed. Where the row's last
+    bytes, which no page boundary splits; compute-sanitizer's memcheck may report those reads
+    where the last row ends an allocation of exactly its size, as without PyTorch's caching
+    allocator), and those lanes are kept out of every sum and never stored. Where the row's last
     columns pass lane BLOCK_N (MAY_WRAP: N within VEC - 1 of BLOCK_N) they wrap round to group
     0's first lanes, which then take a second aligned vector, from past lane BLOCK_N. dx is
     stored in whole vectors, and element by element in the two end groups; w and the dw
@@ -302,20 +361,12 @@ def rmsnorm_bwd_shifted_kernel(
     pid = tl.program_id(0)
     row_class = pid % PERIOD
     shift = row_class * (stride_x_row % VEC) % VEC  # (not row_class * stride: int32)
-    lanes = tl.arange(0, BLOCK_N)
-    group = lanes // VEC * VEC  # first lane of each lane's group: masks below are constant over
-    # each group, which is what lets Triton move a group as one vector
-    cols = tl.where(lanes >= shift, lanes - shift, lanes - shift + BLOCK_N)
-    in_row = cols < N
-    whole = (group >= shift) & (group + VEC <= shift + N)
-    near = (group + VEC > shift) & (group < shift + N)  # groups read in place
-    wraps = (group == 0) & (shift + N > BLOCK_N + group)  # group 0 also has the last columns
-    unwrapped = lanes >= shift
+    lanes, cols, in_row, whole, near, wraps, unwrapped = _shifted_frame(shift, N, BLOCK_N, VEC)
 
     w = tl.load(W + cols, mask=in_row, other=0.0).to(tl.float32) + offset
     dw_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
 
-    class_rows = (M - row_class + PERIOD - 1) // PERIOD
+    class_rows = tl.where(row_class < M, (M - 1 - row_class) // PERIOD + 1, 0)  # no overflow
     first = (pid // PERIOD).to(tl.int64) * rows_per_program
     last = tl.minimum(first + rows_per_program, class_rows)
     for step in tl.range(first, last, BLOCK_M, num_stages=LOOP_STAGES):
@@ -343,15 +394,8 @@ def rmsnorm_bwd_shifted_kernel(
             dh = _load_shifted(DH_OUT, rows, stride_dh_row, shift, lanes, row_mask, near, wraps,
                                unwrapped, BLOCK_N, VEC, MAY_WRAP)  # fmt: skip
             dx += dh.to(tl.float32)
-        dx = dx.to(DX.dtype.element_ty)
-        # whole groups as vectors; the end groups' lanes inside the row one by one, at the same
-        # addresses (wrapped lanes BLOCK_N further)
-        at = DX + tl.multiple_of(rows * stride_dx_row - shift, VEC)[:, None] + lanes[None, :]
-        tl.store(at, dx, mask=row_mask[:, None] & whole[None, :])
-        ends = row_mask[:, None] & (in_row & ~whole)[None, :]
-        tl.store(at, dx, mask=ends & unwrapped[None, :])
-        if MAY_WRAP:
-            tl.store(at + BLOCK_N, dx, mask=ends & ~unwrapped[None, :])
+        _store_shifted(DX, dx.to(DX.dtype.element_ty), rows, stride_dx_row, shift, lanes,
+                       row_mask, in_row, whole, unwrapped, BLOCK_N, VEC, MAY_WRAP)  # fmt: skip
 
         dw_acc += dy * x_hat  # (rows past the chunk's end load zeros)
 
@@ -359,12 +403,47 @@ def rmsnorm_bwd_shifted_kernel(
 
 
 @triton.jit
+def _shifted_frame(shift, N, BLOCK_N: tl.constexpr, VEC: tl.constexpr):
+    """The shifted kernels' frame for rows that start `shift` elements past 16 bytes: lane j
+    holds column (j - shift) mod BLOCK_N. Returns the lanes; their columns; in_row, the lanes
+    that hold a column of the row; whole, those in groups of VEC lanes that lie inside the row;
+    near, the groups read in place (any lane in the row); wraps, group 0 where the row's last
+    columns come round the end to it (N + shift > BLOCK_N); unwrapped, the lanes not come round.
+    Every mask but in_row is constant over each group of VEC lanes, which is what lets Triton
+    move a group as one 16-byte vector."""
+    lanes = tl.arange(0, BLOCK_N)
+    group = lanes // VEC * VEC  # each lane's group's first lane
+    cols = tl.where(lanes >= shift, lanes - shift, lanes - shift + BLOCK_N)
+    in_row = cols < N
+    whole = (group >= shift) & (group + VEC <= shift + N)
+    near = (group + VEC > shift) & (group < shift + N)
+    wraps = (group == 0) & (shift + N > BLOCK_N + group)
+    unwrapped = lanes >= shift
+    return lanes, cols, in_row, whole, near, wraps, unwrapped
+
+
+@triton.jit
+def _store_shifted(
+    PTR, value, rows, stride_row, shift, lanes, row_mask, in_row, whole, unwrapped,
+    BLOCK_N: tl.constexpr, VEC: tl.constexpr, MAY_WRAP: tl.constexpr,
+):  # fmt: skip
+    """A shifted tile of rows to PTR: whole groups as 16-byte vectors, the end groups' lanes
+    that hold a column of the row one by one, at the same addresses (come-round lanes BLOCK_N
+    further); nothing outside the rows."""
+    at = PTR + tl.multiple_of(rows * stride_row - shift, VEC)[:, None] + lanes[None, :]
+    tl.store(at, value, mask=row_mask[:, None] & whole[None, :])
+    ends = row_mask[:, None] & (in_row & ~whole)[None, :]
+    tl.store(at, value, mask=ends & unwrapped[None, :])
+    if MAY_WRAP:
+        tl.store(at + BLOCK_N, value, mask=ends & ~unwrapped[None, :])
+
+
+@triton.jit
 def _load_shifted(
     PTR, rows, stride_row, shift, lanes, row_mask, near, wraps, unwrapped,
     BLOCK_N: tl.constexpr, VEC: tl.constexpr, MAY_WRAP: tl.constexpr,
 ):  # fmt: skip
-    """rmsnorm_bwd_shifted_kernel's tile of rows from PTR, in aligned vectors, in the frame
-    lane j = column (j - shift) mod BLOCK_N, as loaded. Lanes of the end groups outside the row
+    """A shifted tile of rows from PTR (_shifted_frame), in aligned 16-byte vectors, as loaded. Lanes of the end groups outside the row
     hold the neighbouring elements; rows past row_mask and groups outside the row, zeros."""
     at = PTR + tl.multiple_of(rows * stride_row - shift, VEC)[:, None] + lanes[None, :]
     v = tl.load(at, mask=row_mask[:, None] & near[None, :], other=0.0)

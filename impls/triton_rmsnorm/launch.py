@@ -106,11 +106,13 @@ ROWS_PER_TILE_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 #: the autotuner from compiling configs that only spill or idle.
 TILE_TARGET = {
     "rmsnorm_fwd_kernel": 4096,
+    "rmsnorm_fwd_shifted_kernel": 4096,
     "rmsnorm_bwd_kernel": 4096,
     "rmsnorm_bwd_shifted_kernel": 4096,
 }
 _ELEMENTS_PER_THREAD = {
     "rmsnorm_fwd_kernel": (4, 64),
+    "rmsnorm_fwd_shifted_kernel": (4, 64),
     "rmsnorm_bwd_kernel": (8, 32),
     "rmsnorm_bwd_shifted_kernel": (8, 32),
 }
@@ -173,6 +175,9 @@ HEURISTIC_PROGRAMS_PER_SM = 8
 #: tile loop is software-pipelined (3 or 4 stages; 1 would overlap nothing that more programs
 #: would not). PROGRAMS_PER_SM shapes the grid; the kernel takes only whether it is persistent.
 FORWARD_GRID_CHOICES = ((0, 1), *((p, s) for p in (1, 2, 4) for s in (3, 4)))
+#: The shifted forward's grids (rmsnorm_fwd_shifted_kernel, always persistent: each program
+#: keeps one residue class's w), as (PROGRAMS_PER_SM, LOOP_STAGES).
+SHIFTED_FORWARD_GRID_CHOICES = ((4, 1), *((p, s) for p in (1, 2, 4) for s in (3, 4)))
 
 
 #: Kernels whose loops are software-pipelined through a LOOP_STAGES constexpr (tl.range's
@@ -180,6 +185,7 @@ FORWARD_GRID_CHOICES = ((0, 1), *((p, s) for p in (1, 2, 4) for s in (3, 4)))
 #: num_stages). LOOP_STAGES follows the config's num_stages; without tuning it is 1.
 _PIPELINED_LOOPS = {
     "rmsnorm_fwd_kernel",
+    "rmsnorm_fwd_shifted_kernel",
     "rmsnorm_bwd_kernel",
     "rmsnorm_bwd_shifted_kernel",
     "rmsnorm_fwd_looped_kernel",
@@ -203,6 +209,17 @@ def _configs(kernel_name: str) -> list[triton.Config]:
             for m in ROWS_PER_TILE_CHOICES
             for warps in NUM_WARPS_CHOICES
             for p, st in FORWARD_GRID_CHOICES
+        ]
+    if kernel_name == "rmsnorm_fwd_shifted_kernel":
+        return [
+            triton.Config(
+                {"BLOCK_M": m, "PROGRAMS_PER_SM": p, **_loop_stages(kernel_name, st)},
+                num_warps=warps,
+                num_stages=st,
+            )
+            for m in ROWS_PER_TILE_CHOICES
+            for warps in NUM_WARPS_CHOICES
+            for p, st in SHIFTED_FORWARD_GRID_CHOICES
         ]
     stages = (1,) if kernel_name in _LOOP_FREE else NUM_STAGES_CHOICES
     if kernel_name in TILE_TARGET:
@@ -324,6 +341,25 @@ def _looped_forward_staging(config: dict, x_size: int, w_size: int) -> int:
     return (config["LOOP_STAGES"] - 1) * config["BLOCK_N"] * (x_size + w_size)
 
 
+def _prune_shifted_forward(configs, named_args, **kwargs):
+    """The shifted forward: BLOCK_M of h / 2, h and 2h rows (h = rows_per_tile), 4 to 64
+    elements per thread, and staged tiles (LOOP_STAGES - 1 of them, x's, r's, and with MAY_WRAP
+    each twice) within PIPELINE_SHARED_BYTES."""
+    block_n = kwargs["BLOCK_N"]
+    h = rows_per_tile("rmsnorm_fwd_shifted_kernel", block_n)
+    heights = {max(1, h // 2), h} | ({2 * h} if 2 * h * block_n <= MAX_TILE else set())
+    staged_bytes = named_args["X"].element_size() * (2 if kwargs["HAS_RESIDUAL"] else 1)
+    staged_bytes *= 2 if kwargs["MAY_WRAP"] else 1
+    kept = [
+        c
+        for c in configs
+        if c.kwargs["BLOCK_M"] in heights
+        and _threads_fit(c.kwargs["BLOCK_M"] * block_n, c.num_warps, 4, 64)
+        and tile_loop_staging(c.kwargs, block_n, staged_bytes) <= PIPELINE_SHARED_BYTES
+    ]
+    return kept or [min(configs, key=lambda c: (c.kwargs["BLOCK_M"], c.num_warps))]
+
+
 def _prune_warps(configs, named_args, **kwargs):
     """Split kernels (one BLOCK_N chunk per program): 8 to 64 elements per thread."""
     kept = [c for c in configs if _threads_fit(kwargs["BLOCK_N"], c.num_warps, 8, 64)]
@@ -336,6 +372,7 @@ def _prune_warps(configs, named_args, **kwargs):
 #: speed at M = 4096, docs/perf-log.md v3), and the device.
 _TUNED_KERNELS = (
     "rmsnorm_fwd_kernel",
+    "rmsnorm_fwd_shifted_kernel",
     "rmsnorm_fwd_looped_kernel",
     "rmsnorm_bwd_kernel",
     "rmsnorm_bwd_shifted_kernel",
@@ -350,6 +387,7 @@ _TUNED_KERNELS = (
 #: Each tuned kernel's pruning of its configuration space (the rest keep every config).
 _PRUNE = {
     "rmsnorm_fwd_kernel": _prune_tiles("rmsnorm_fwd_kernel"),
+    "rmsnorm_fwd_shifted_kernel": _prune_shifted_forward,
     "rmsnorm_bwd_kernel": _prune_tiles("rmsnorm_bwd_kernel"),
     "rmsnorm_bwd_shifted_kernel": _prune_tiles("rmsnorm_bwd_shifted_kernel"),
     "rmsnorm_fwd_looped_kernel": _prune_looped_forward,
@@ -492,14 +530,15 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> dict:
 
 
 def _kernel_grid_and_meta(kernel_name: str, grid, meta: dict) -> tuple:
-    """(grid, launch keywords) for the kernel. The single-tile forward's PROGRAMS_PER_SM is read
-    by its grid function and reaches the kernel only as PERSISTENT (PROGRAMS_PER_SM > 0); every
-    other kernel launches its configuration as it is."""
-    if kernel_name != "rmsnorm_fwd_kernel":
+    """(grid, launch keywords) for the kernel. The single-tile forwards' PROGRAMS_PER_SM is read
+    by their grid functions and reaches the plain kernel only as PERSISTENT (PROGRAMS_PER_SM >
+    0), the shifted one not at all; every other kernel launches its configuration as it is."""
+    if kernel_name not in ("rmsnorm_fwd_kernel", "rmsnorm_fwd_shifted_kernel"):
         return grid, meta
     grid = grid(meta) if callable(grid) else grid
     kernel_meta = {k: v for k, v in meta.items() if k != "PROGRAMS_PER_SM"}
-    kernel_meta["PERSISTENT"] = meta["PROGRAMS_PER_SM"] > 0
+    if kernel_name == "rmsnorm_fwd_kernel":
+        kernel_meta["PERSISTENT"] = meta["PROGRAMS_PER_SM"] > 0
     return grid, kernel_meta
 
 
@@ -531,6 +570,8 @@ def _heuristic_config(kernel_name: str, block_n: int) -> dict:
         config["BLOCK_N"] = block_n  # the chunk: a tuning choice, WIDE_BLOCK_N untuned
     if kernel_name == "rmsnorm_fwd_kernel":
         config["PROGRAMS_PER_SM"] = 0  # one program per tile
+    if kernel_name == "rmsnorm_fwd_shifted_kernel":
+        config["PROGRAMS_PER_SM"] = SHIFTED_FORWARD_GRID_CHOICES[0][0]
     tile = config.get("BLOCK_M", 1) * block_n
     return {
         **config,
@@ -707,13 +748,33 @@ def _measured_path(key: tuple, paths: list, args: tuple, device: torch.device):
 
 def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
     m, n = x.shape
+    args = _single_tile_forward_args(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset)
+    switches = {
+        "BLOCK_N": block_size(n),
+        "HAS_RESIDUAL": has_residual,
+        "HOLD_STORAGE_FORM": forward_holds_storage_form(block_size(n), x.dtype),
+    }
+    dtypes = (x.dtype, weight.dtype, y.dtype)
+    period = _row_period(m, n, (x, y, r_arg, h_arg))
+    if period > 1:
+        _launch(
+            "rmsnorm_fwd_shifted_kernel",
+            lambda meta: (_shifted_forward_programs(m, period, meta, x.device),),
+            *args, dtypes=dtypes, **switches, **_shift_constants(n, x.element_size(), period),
+        )  # fmt: skip
+        return
     _launch(
-        "rmsnorm_fwd_kernel", lambda meta: (_tile_programs(m, meta, x.device),),
-        *_single_tile_forward_args(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset),
-        dtypes=(x.dtype, weight.dtype, y.dtype), BLOCK_N=block_size(n), HAS_RESIDUAL=has_residual,
-        ROWS_CONTIGUOUS=all(stride == n for stride in strides),
-        HOLD_STORAGE_FORM=forward_holds_storage_form(block_size(n), x.dtype),
+        "rmsnorm_fwd_kernel", lambda meta: (_tile_programs(m, meta, x.device),), *args,
+        dtypes=dtypes, ROWS_CONTIGUOUS=all(stride == n for stride in strides), **switches,
     )  # fmt: skip
+
+
+def _shifted_forward_programs(m: int, period: int, meta: dict, device: torch.device) -> int:
+    """The shifted forward's grid: period programs for each of up to PROGRAMS_PER_SM x SMs /
+    period chunks of a residue class's tiles (never more than its tiles)."""
+    tiles = cdiv(cdiv(m, period), meta["BLOCK_M"])
+    per_class = max(1, meta["PROGRAMS_PER_SM"] * _programs_cap(device) // period)
+    return period * min(tiles, per_class)
 
 
 def forward_holds_storage_form(block_n: int, x_dtype: torch.dtype) -> bool:
@@ -903,9 +964,7 @@ def _backward_single_tile(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: b
         "HOLD_STORAGE_FORM": backward_holds_storage_form(block_n, x.dtype, dy.dtype),
     }
     if period > 1:
-        vec = 16 // x.element_size()
-        largest_shift = vec - vec // period  # shifts are the multiples of vec // period
-        switches.update(VEC=vec, PERIOD=period, MAY_WRAP=n + largest_shift > block_n)
+        switches.update(_shift_constants(n, x.element_size(), period))
     _launch(
         "rmsnorm_bwd_shifted_kernel" if period > 1 else "rmsnorm_bwd_kernel", (programs,), *args,
         dtypes=(x.dtype, weight.dtype, dy.dtype, dh_arg.dtype), **switches,
@@ -914,17 +973,21 @@ def _backward_single_tile(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: b
 
 
 def backward_row_period(x: torch.Tensor, dy: torch.Tensor, dh_out: torch.Tensor | None) -> int:
-    """1 where the single-tile backward's rows start on 16 bytes, or cannot be shifted into
-    alignment together; else the PERIOD of rmsnorm_bwd_shifted_kernel, which takes them: rows
-    whose element offsets r * stride are not multiples of 16 bytes (N odd, say), in x, dy, dx
-    (contiguous, stride N) and dh_out alike, that is with every base on 16 bytes, one element
-    size and every row stride equal to N modulo the elements in 16 bytes; rows of two 16-byte
-    groups or more (the kernel's tile must span whole groups; narrower rows move few bytes)."""
-    m, n = x.shape
-    size = x.element_size()
+    """_row_period of the single-tile backward's rows: x, dy, dh_out (and dx, contiguous)."""
+    return _row_period(x.shape[0], x.shape[1], (x, dy) if dh_out is None else (x, dy, dh_out))
+
+
+def _row_period(m: int, n: int, tensors: tuple) -> int:
+    """1 where rows of n elements in these [m, n] tensors start on 16 bytes, or cannot be
+    shifted into alignment together; else the PERIOD of the shifted single-tile kernels
+    (rmsnorm_fwd_shifted_kernel, rmsnorm_bwd_shifted_kernel), which take them: rows whose
+    element offsets r * stride are not multiples of 16 bytes (N odd, say) in every tensor alike,
+    outputs made contiguous (stride N) included: every base on 16 bytes, one element size and
+    every row stride equal to N modulo the elements in 16 bytes; rows of two 16-byte groups or
+    more (narrower rows move few bytes; the kernels' tile must be whole groups)."""
+    size = tensors[0].element_size()
     vec = 16 // size
     residue = n % vec
-    tensors = (x, dy) if dh_out is None else (x, dy, dh_out)
     if (
         residue == 0
         or n < 2 * vec
@@ -933,6 +996,14 @@ def backward_row_period(x: torch.Tensor, dy: torch.Tensor, dh_out: torch.Tensor 
     ):
         return 1
     return vec // math.gcd(residue, vec)
+
+
+def _shift_constants(n: int, element_size: int, period: int) -> dict:
+    """The shifted kernels' VEC, PERIOD and MAY_WRAP: whether N plus the largest shift (the
+    shifts are the multiples of VEC / PERIOD) passes the tile."""
+    vec = 16 // element_size
+    largest_shift = vec - vec // period
+    return {"VEC": vec, "PERIOD": period, "MAY_WRAP": n + largest_shift > block_size(n)}
 
 
 def backward_holds_storage_form(block_n: int, x_dtype: torch.dtype, dy_dtype: torch.dtype) -> bool:
@@ -959,7 +1030,7 @@ def _single_tile_backward_grid(m: int, device: torch.device, period: int = 1) ->
     period, period programs of each chunk index; a class with fewer rows may leave a program
     without rows (it writes zero partials)."""
     class_rows = cdiv(m, period)
-    per_class = max(1, backward_programs(m, device) // period)
+    per_class = max(1, min(class_rows, _programs_cap(device) // period))
     rows_per_program = cdiv(class_rows, per_class)
     return period * cdiv(class_rows, rows_per_program), rows_per_program
 
