@@ -94,9 +94,23 @@ def test_matches_the_oracle(shape, dtype, w_dtype):
     inputs = make_inputs(shape, dtype, DEVICE)
     launch.take_launch_configs()
     _assert_matches_oracle(inputs.x, inputs.weight.to(w_dtype), inputs.dy)
-    assert {"rmsnorm_fwd_shifted_kernel", "rmsnorm_bwd_shifted_kernel"} <= set(
-        launch.take_launch_configs()
-    )
+    launched = set(launch.take_launch_configs())
+    assert "rmsnorm_bwd_shifted_kernel" in launched
+    shifted_forward = launch.block_size(shape[1]) >= launch.SHIFTED_FORWARD_FROM_BLOCK_N
+    assert ("rmsnorm_fwd_shifted_kernel" in launched) == shifted_forward
+
+
+def test_the_forward_takes_narrow_odd_rows_only_when_asked(monkeypatch):
+    """Below SHIFTED_FORWARD_FROM_BLOCK_N (not measured) the forward keeps the plain kernel; the
+    shifted one serves such rows correctly all the same (one width below it, forced)."""
+    inputs = make_inputs((300, 1023), BF16, DEVICE)
+    launch.take_launch_configs()
+    launch.rmsnorm_forward(inputs.x, inputs.weight, 1e-5)
+    assert set(launch.take_launch_configs()) == {"rmsnorm_fwd_kernel"}
+    monkeypatch.setattr(launch, "SHIFTED_FORWARD_FROM_BLOCK_N", 1024)
+    monkeypatch.setattr(launch, "_REPLAYS", {})
+    _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
+    assert "rmsnorm_fwd_shifted_kernel" in launch.take_launch_configs()
 
 
 def test_strided_rows_in_the_pattern():

@@ -64,6 +64,12 @@ BACKWARD_HOLD_STORAGE_FORM_FROM_BLOCK_N = 16384
 #: (results/nvidia-h200/probes/2026-11-30-daf182be02dc-forward-storage-form-ab.txt): 1.20-1.31x
 #: at N = 65536, 1.04-1.08x at 32768, within noise (0.995-1.003) at 16384.
 FORWARD_HOLD_STORAGE_FORM_FROM_BLOCK_N = 32768
+#: From this tile width on, the single-tile forward takes rows that do not start on 16 bytes
+#: (odd N) in rmsnorm_fwd_shifted_kernel. On the H200 it ran 1.06x the plain kernel at 4095
+#: columns, 1.11x at 8191 and 1.41x at 16383, bf16 and fp16
+#: (results/nvidia-h200/probes/2026-11-30-6386bc914efd-forward-shifted-ab.txt); narrower odd
+#: rows, several a tile, were not measured and keep the plain kernel.
+SHIFTED_FORWARD_FROM_BLOCK_N = 4096
 #: Chunk width of the looped (wide-row) kernels.
 WIDE_BLOCK_N = 4096
 #: The held-row forward (gluon_kernels.rmsnorm_fwd_held_row_kernel): a row's first HELD_ROW_REG
@@ -756,7 +762,7 @@ def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset,
     }
     dtypes = (x.dtype, weight.dtype, y.dtype)
     period = _row_period(m, n, (x, y, r_arg, h_arg))
-    if period > 1:
+    if period > 1 and block_size(n) >= SHIFTED_FORWARD_FROM_BLOCK_N:
         _launch(
             "rmsnorm_fwd_shifted_kernel",
             lambda meta: (_shifted_forward_programs(m, period, meta, x.device),),
