@@ -204,8 +204,15 @@ def _loop_stages(kernel_name: str, stages: int) -> dict:
     return {"LOOP_STAGES": stages} if kernel_name in _PIPELINED_LOOPS else {}
 
 
+#: The single-tile forwards' grid choices, (PROGRAMS_PER_SM, LOOP_STAGES) each.
+_FORWARD_GRIDS = {
+    "rmsnorm_fwd_kernel": FORWARD_GRID_CHOICES,
+    "rmsnorm_fwd_shifted_kernel": SHIFTED_FORWARD_GRID_CHOICES,
+}
+
+
 def _configs(kernel_name: str) -> list[triton.Config]:
-    if kernel_name == "rmsnorm_fwd_kernel":
+    if kernel_name in _FORWARD_GRIDS:
         return [
             triton.Config(
                 {"BLOCK_M": m, "PROGRAMS_PER_SM": p, **_loop_stages(kernel_name, st)},
@@ -214,18 +221,7 @@ def _configs(kernel_name: str) -> list[triton.Config]:
             )
             for m in ROWS_PER_TILE_CHOICES
             for warps in NUM_WARPS_CHOICES
-            for p, st in FORWARD_GRID_CHOICES
-        ]
-    if kernel_name == "rmsnorm_fwd_shifted_kernel":
-        return [
-            triton.Config(
-                {"BLOCK_M": m, "PROGRAMS_PER_SM": p, **_loop_stages(kernel_name, st)},
-                num_warps=warps,
-                num_stages=st,
-            )
-            for m in ROWS_PER_TILE_CHOICES
-            for warps in NUM_WARPS_CHOICES
-            for p, st in SHIFTED_FORWARD_GRID_CHOICES
+            for p, st in _FORWARD_GRIDS[kernel_name]
         ]
     stages = (1,) if kernel_name in _LOOP_FREE else NUM_STAGES_CHOICES
     if kernel_name in TILE_TARGET:
