@@ -535,7 +535,7 @@ def _kernel_grid_and_meta(kernel_name: str, grid, meta: dict) -> tuple:
     """(grid, launch keywords) for the kernel. The single-tile forwards' PROGRAMS_PER_SM is read
     by their grid functions and reaches the plain kernel only as PERSISTENT (PROGRAMS_PER_SM >
     0), the shifted one not at all; every other kernel launches its configuration as it is."""
-    if kernel_name not in ("rmsnorm_fwd_kernel", "rmsnorm_fwd_shifted_kernel"):
+    if kernel_name not in _FORWARD_GRIDS:
         return grid, meta
     grid = grid(meta) if callable(grid) else grid
     kernel_meta = {k: v for k, v in meta.items() if k != "PROGRAMS_PER_SM"}
@@ -631,11 +631,6 @@ def rows_are_split(m: int, device: torch.device) -> bool:
     """Wide rows, fewer than programs_cap (the SM count) of them: one program per row would
     leave SMs idle, so each row is split across several programs."""
     return m < _programs_cap(device)
-
-
-def backward_programs(m: int, device: torch.device) -> int:
-    """Programs of the single-tile backward: one per SM at most, never more than rows."""
-    return max(1, min(m, _programs_cap(device)))
 
 
 def check_hidden_size(n: int) -> None:
