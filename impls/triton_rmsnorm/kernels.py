@@ -290,12 +290,10 @@ def rmsnorm_fwd_shifted_kernel(
     rmsnorm_fwd_kernel; the sum of squares runs in another order.
     """
     pid = tl.program_id(0)
-    row_class = pid % PERIOD
-    shift = row_class * (stride_x_row % VEC) % VEC  # (not row_class * stride: int32)
+    row_class, shift, class_rows = _row_class(pid, M, stride_x_row, PERIOD, VEC)
     lanes, cols, in_row, whole, near, wraps, unwrapped = _shifted_frame(shift, N, BLOCK_N, VEC)
     w = tl.load(W + cols, mask=in_row, other=0.0).to(tl.float32) + offset
 
-    class_rows = tl.where(row_class < M, (M - 1 - row_class) // PERIOD + 1, 0)  # no overflow
     tiles = (class_rows + BLOCK_M - 1) // BLOCK_M
     per_class = tl.num_programs(0) // PERIOD
     for tile in tl.range(pid // PERIOD, tiles, per_class, num_stages=LOOP_STAGES):
@@ -359,14 +357,12 @@ def rmsnorm_bwd_shifted_kernel(
     accumulator are held in the same frame, once per program. The math is rmsnorm_bwd_kernel's.
     """
     pid = tl.program_id(0)
-    row_class = pid % PERIOD
-    shift = row_class * (stride_x_row % VEC) % VEC  # (not row_class * stride: int32)
+    row_class, shift, class_rows = _row_class(pid, M, stride_x_row, PERIOD, VEC)
     lanes, cols, in_row, whole, near, wraps, unwrapped = _shifted_frame(shift, N, BLOCK_N, VEC)
 
     w = tl.load(W + cols, mask=in_row, other=0.0).to(tl.float32) + offset
     dw_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
 
-    class_rows = tl.where(row_class < M, (M - 1 - row_class) // PERIOD + 1, 0)  # no overflow
     first = (pid // PERIOD).to(tl.int64) * rows_per_program
     last = tl.minimum(first + rows_per_program, class_rows)
     for step in tl.range(first, last, BLOCK_M, num_stages=LOOP_STAGES):
@@ -400,6 +396,16 @@ def rmsnorm_bwd_shifted_kernel(
         dw_acc += dy * x_hat  # (rows past the chunk's end load zeros)
 
     tl.store(DW_PARTIAL + pid.to(tl.int64) * N + cols, tl.sum(dw_acc, axis=0), mask=in_row)
+
+
+@triton.jit
+def _row_class(pid, M, stride_row, PERIOD: tl.constexpr, VEC: tl.constexpr):
+    """The shifted kernels' rows for program pid: its residue class of rows modulo PERIOD, their
+    shift (elements past 16 bytes at which each starts) and how many rows of M the class has."""
+    row_class = pid % PERIOD
+    shift = row_class * (stride_row % VEC) % VEC  # (not row_class * stride_row: int32)
+    class_rows = tl.where(row_class < M, (M - 1 - row_class) // PERIOD + 1, 0)  # no overflow
+    return row_class, shift, class_rows
 
 
 @triton.jit
