@@ -93,3 +93,117 @@ def rmsnorm_fwd_held_row_kernel(
             async_copy.commit_group()
         gl.store(RSTD + row, rstd)
     async_copy.wait_group(0)  # the last row's (masked) copies land before the program ends
+
+
+@gluon.jit
+def _stage_chunk(X_RING, DY_RING, slot, X, DY, stride_x_row, stride_dy_row, row, row_end, cols,
+                 N: gl.constexpr):  # fmt: skip
+    """One cp.async group: a chunk of a row's x and dy into ring slot `slot` (zeros outside
+    the row, and for rows past the program's last, whose group still counts)."""
+    mask = (cols < N) & (row < row_end)
+    _async_load(X_RING.index(slot), X + row * stride_x_row + cols, mask=mask)
+    _async_load(DY_RING.index(slot), DY + row * stride_dy_row + cols, mask=mask)
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _backward_chunk(
+    X_RING, DY_RING, slot, W, DX, DH_OUT, row, stride_dx_row, stride_dh_row, cols, rstd,
+    mean_gx, offset, dw_acc, layout: gl.constexpr, N: gl.constexpr, HAS_DH_OUT: gl.constexpr,
+):  # fmt: skip
+    """The second pass over one staged chunk: its dx stored, its dw contribution added to
+    dw_acc (returned), from x and dy read again from the ring."""
+    in_row = cols < N
+    x_hat = X_RING.index(slot).load(layout).to(gl.float32) * rstd
+    dy = DY_RING.index(slot).load(layout).to(gl.float32)
+    w = gl.load(W + cols, mask=in_row, other=0.0).to(gl.float32) + offset
+    dx = (w * dy - x_hat * mean_gx) * rstd
+    if HAS_DH_OUT:
+        dx += gl.load(DH_OUT + row * stride_dh_row + cols, mask=in_row, other=0.0).to(gl.float32)
+    gl.store(DX + row * stride_dx_row + cols, dx.to(DX.dtype.element_ty), mask=in_row)
+    return dw_acc + dy * x_hat
+
+
+@gluon.jit
+def rmsnorm_bwd_held_row_kernel(
+    X, W, DY, RSTD, DX, DW_PARTIAL, DH_OUT,
+    stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, M, rows_per_program, offset,
+    N: gl.constexpr,  # (CHUNKS - 1) * CHUNK < N <= CHUNKS * CHUNK
+    CHUNK: gl.constexpr,  # columns a ring slot holds
+    CHUNKS: gl.constexpr,  # chunks a row: 1 to 4 (one dw accumulator in registers each)
+    RING: gl.constexpr,  # ring slots (each a chunk of x and one of dy), at least CHUNKS
+    HAS_DH_OUT: gl.constexpr,
+    WARPS: gl.constexpr,  # the launch's num_warps (the layout needs it as a constant)
+):  # fmt: skip
+    """RMSNorm backward of 16-bit rows too wide for the single tile, x and dy read from HBM
+    once: each row staged whole in shared memory, a ring of RING chunk slots filled by cp.async,
+    while this program's dw accumulator (N fp32) stays in registers, CHUNK columns a variable.
+
+    Each program walks a contiguous chunk of rows, as rmsnorm_bwd_kernel's. The chunks of its
+    rows form one sequence s = row * CHUNKS + chunk, chunk s in slot s % RING; chunk s + RING is
+    staged as soon as the second pass is done with chunk s, so the next rows' loads are in flight
+    while this row computes. One cp.async group a chunk, committed in sequence order: before the
+    first pass reads chunk k of a row, at most RING - 1 - k later groups may still be pending.
+    Each thread reads back only the shared elements its own copies wrote (one layout for both),
+    so waiting on its own groups is enough.
+
+    Same formulas as rmsnorm_bwd_kernel, the sum of g * x_hat taken chunk by chunk (rounded
+    differently from the single tile's). w is read from L2 in both passes.
+    """
+    layout: gl.constexpr = gl.BlockedLayout([8], [32], [WARPS], [0])
+    shared_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    gl.static_assert(CHUNKS <= 4)
+    gl.static_assert(RING >= CHUNKS)
+    gl.static_assert((CHUNKS - 1) * CHUNK < N)
+    gl.static_assert(N <= CHUNKS * CHUNK)
+    x_ring = gl.allocate_shared_memory(X.dtype.element_ty, [RING, CHUNK], shared_layout)
+    dy_ring = gl.allocate_shared_memory(DY.dtype.element_ty, [RING, CHUNK], shared_layout)
+    chunk_cols = gl.arange(0, CHUNK, layout=layout)
+    pid = gl.program_id(0)
+    row_start = pid.to(gl.int64) * rows_per_program
+    row_end = gl.minimum(row_start + rows_per_program, M)
+    for s in gl.static_range(RING):  # the first RING chunks of the sequence
+        _stage_chunk(x_ring, dy_ring, s, X, DY, stride_x_row, stride_dy_row,
+                     row_start + s // CHUNKS, row_end, (s % CHUNKS) * CHUNK + chunk_cols, N)  # fmt: skip
+    dw_0 = gl.zeros([CHUNK], gl.float32, layout)
+    dw_1 = gl.zeros([CHUNK], gl.float32, layout)
+    dw_2 = gl.zeros([CHUNK], gl.float32, layout)
+    dw_3 = gl.zeros([CHUNK], gl.float32, layout)
+    for row in range(row_start, row_end):
+        first_slot = ((row - row_start) * CHUNKS % RING).to(gl.int32)
+        rstd = gl.load(RSTD + row)
+        dot = 0.0
+        for k in gl.static_range(CHUNKS):  # first pass: mean(g * x_hat)
+            async_copy.wait_group(RING - 1 - k)
+            slot = (first_slot + k) % RING
+            cols = k * CHUNK + chunk_cols
+            w = gl.load(W + cols, mask=cols < N, other=0.0).to(gl.float32) + offset
+            x = x_ring.index(slot).load(layout).to(gl.float32)
+            dy = dy_ring.index(slot).load(layout).to(gl.float32)
+            dot += gl.sum(gl.where(cols < N, w * dy * x, 0.0), axis=0)
+        mean_gx = dot * rstd / N
+        for k in gl.static_range(CHUNKS):  # second pass: dx and dw, then restage the slot
+            slot = (first_slot + k) % RING
+            cols = k * CHUNK + chunk_cols
+            args = (x_ring, dy_ring, slot, W, DX, DH_OUT, row, stride_dx_row, stride_dh_row,
+                    cols, rstd, mean_gx, offset)  # fmt: skip
+            if k == 0:
+                dw_0 = _backward_chunk(*args, dw_0, layout, N, HAS_DH_OUT)
+            elif k == 1:
+                dw_1 = _backward_chunk(*args, dw_1, layout, N, HAS_DH_OUT)
+            elif k == 2:
+                dw_2 = _backward_chunk(*args, dw_2, layout, N, HAS_DH_OUT)
+            else:
+                dw_3 = _backward_chunk(*args, dw_3, layout, N, HAS_DH_OUT)
+            _stage_chunk(x_ring, dy_ring, slot, X, DY, stride_x_row, stride_dy_row,
+                         row + (k + RING) // CHUNKS, row_end,
+                         ((k + RING) % CHUNKS) * CHUNK + chunk_cols, N)  # fmt: skip
+    async_copy.wait_group(0)  # the last (masked) copies land before the program ends
+    partial = DW_PARTIAL + pid.to(gl.int64) * N + chunk_cols
+    gl.store(partial, dw_0, mask=chunk_cols < N)
+    if CHUNKS > 1:
+        gl.store(partial + CHUNK, dw_1, mask=CHUNK + chunk_cols < N)
+    if CHUNKS > 2:
+        gl.store(partial + 2 * CHUNK, dw_2, mask=2 * CHUNK + chunk_cols < N)
+    if CHUNKS > 3:
+        gl.store(partial + 3 * CHUNK, dw_3, mask=3 * CHUNK + chunk_cols < N)
