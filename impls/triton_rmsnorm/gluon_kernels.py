@@ -108,7 +108,7 @@ def _stage_chunk(X_RING, DY_RING, slot, X, DY, stride_x_row, stride_dy_row, row,
 
 @gluon.jit
 def _backward_chunk(
-    X_RING, DY_RING, slot, W, DX, DH_OUT, row, stride_dx_row, stride_dh_row, cols, rstd,
+    X_RING, DY_RING, slot, W_HELD, k, DX, DH_OUT, row, stride_dx_row, stride_dh_row, cols, rstd,
     mean_gx, offset, dw_acc, layout: gl.constexpr, N: gl.constexpr, HAS_DH_OUT: gl.constexpr,
 ):  # fmt: skip
     """The second pass over one staged chunk: its dx stored, its dw contribution added to
@@ -116,7 +116,7 @@ def _backward_chunk(
     in_row = cols < N
     x_hat = X_RING.index(slot).load(layout).to(gl.float32) * rstd
     dy = DY_RING.index(slot).load(layout).to(gl.float32)
-    w = gl.load(W + cols, mask=in_row, other=0.0).to(gl.float32) + offset
+    w = W_HELD.index(k).load(layout).to(gl.float32) + offset
     dx = (w * dy - x_hat * mean_gx) * rstd
     if HAS_DH_OUT:
         dx += gl.load(DH_OUT + row * stride_dh_row + cols, mask=in_row, other=0.0).to(gl.float32)
@@ -134,6 +134,7 @@ def rmsnorm_bwd_held_row_kernel(
     RING: gl.constexpr,  # ring slots (each a chunk of x and one of dy), at least CHUNKS
     HAS_DH_OUT: gl.constexpr,
     WARPS: gl.constexpr,  # the launch's num_warps (the layout needs it as a constant)
+    SUM_ONCE: gl.constexpr = False,
 ):  # fmt: skip
     """RMSNorm backward of 16-bit rows too wide for the single tile, x and dy read from HBM
     once: each row staged whole in shared memory, a ring of RING chunk slots filled by cp.async,
@@ -148,7 +149,7 @@ def rmsnorm_bwd_held_row_kernel(
     so waiting on its own groups is enough.
 
     Same formulas as rmsnorm_bwd_kernel, the sum of g * x_hat taken chunk by chunk (rounded
-    differently from the single tile's). w is read from L2 in both passes.
+    differently from the single tile's). w (16-bit) is staged in shared memory once a program.
     """
     layout: gl.constexpr = gl.BlockedLayout([8], [32], [WARPS], [0])
     shared_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
@@ -158,10 +159,15 @@ def rmsnorm_bwd_held_row_kernel(
     gl.static_assert(N <= CHUNKS * CHUNK)
     x_ring = gl.allocate_shared_memory(X.dtype.element_ty, [RING, CHUNK], shared_layout)
     dy_ring = gl.allocate_shared_memory(DY.dtype.element_ty, [RING, CHUNK], shared_layout)
+    w_held = gl.allocate_shared_memory(W.dtype.element_ty, [CHUNKS, CHUNK], shared_layout)
     chunk_cols = gl.arange(0, CHUNK, layout=layout)
     pid = gl.program_id(0)
     row_start = pid.to(gl.int64) * rows_per_program
     row_end = gl.minimum(row_start + rows_per_program, M)
+    for k in gl.static_range(CHUNKS):  # w, once: one group, older than every chunk's
+        cols = k * CHUNK + chunk_cols
+        _async_load(w_held.index(k), W + cols, mask=cols < N)
+    async_copy.commit_group()
     for s in gl.static_range(RING):  # the first RING chunks of the sequence
         _stage_chunk(x_ring, dy_ring, s, X, DY, stride_x_row, stride_dy_row,
                      row_start + s // CHUNKS, row_end, (s % CHUNKS) * CHUNK + chunk_cols, N)  # fmt: skip
@@ -173,19 +179,25 @@ def rmsnorm_bwd_held_row_kernel(
         first_slot = ((row - row_start) * CHUNKS % RING).to(gl.int32)
         rstd = gl.load(RSTD + row)
         dot = 0.0
+        dot_lanes = gl.zeros([CHUNK], gl.float32, layout)
         for k in gl.static_range(CHUNKS):  # first pass: mean(g * x_hat)
             async_copy.wait_group(RING - 1 - k)
             slot = (first_slot + k) % RING
             cols = k * CHUNK + chunk_cols
-            w = gl.load(W + cols, mask=cols < N, other=0.0).to(gl.float32) + offset
+            w = w_held.index(k).load(layout).to(gl.float32) + offset
             x = x_ring.index(slot).load(layout).to(gl.float32)
             dy = dy_ring.index(slot).load(layout).to(gl.float32)
-            dot += gl.sum(gl.where(cols < N, w * dy * x, 0.0), axis=0)
+            if SUM_ONCE:
+                dot_lanes += gl.where(cols < N, w * dy * x, 0.0)
+            else:
+                dot += gl.sum(gl.where(cols < N, w * dy * x, 0.0), axis=0)
+        if SUM_ONCE:
+            dot = gl.sum(dot_lanes, axis=0)
         mean_gx = dot * rstd / N
         for k in gl.static_range(CHUNKS):  # second pass: dx and dw, then restage the slot
             slot = (first_slot + k) % RING
             cols = k * CHUNK + chunk_cols
-            args = (x_ring, dy_ring, slot, W, DX, DH_OUT, row, stride_dx_row, stride_dh_row,
+            args = (x_ring, dy_ring, slot, w_held, k, DX, DH_OUT, row, stride_dx_row, stride_dh_row,
                     cols, rstd, mean_gx, offset)  # fmt: skip
             if k == 0:
                 dw_0 = _backward_chunk(*args, dw_0, layout, N, HAS_DH_OUT)

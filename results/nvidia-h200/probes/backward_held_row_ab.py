@@ -24,6 +24,7 @@ Run from the repository root on a GPU:
     PYTHONPATH=.:results/nvidia-h200/probes python results/nvidia-h200/probes/backward_held_row_ab.py out.json
 """
 
+import itertools
 import json
 import sys
 
@@ -42,7 +43,7 @@ SHAPES = [  # (M, N, dtype, with dh_out)
     (96, 32768, torch.bfloat16, False),  # fewer rows than SMs (the product splits rows)
     (4096, 24576, torch.bfloat16, False),
     (4096, 20480, torch.bfloat16, False),
-    (2048, 32760, torch.bfloat16, False),  # the last chunk partly outside the row
+    (2048, 32752, torch.bfloat16, False),  # the last chunk partly outside the row
     (2048, 32768, torch.bfloat16, True),  # a residual's gradient added
 ]
 CHUNK = 8192
@@ -116,13 +117,13 @@ def main(out_path: str) -> None:
         partial = torch.empty(programs, n, device="cuda")
         args0 = (dy, x, w, rstd, dy if dh is None else dh, dx, dw, partial)
         runs = {("wide", ()): _wide_run(has_dh)}
-        rings = [r for r in range(chunks, 8) if r * CHUNK * 4 + 4096 <= SHARED_BYTES]
-        for warps in WARPS:
-            for ring in rings:
-                meta = {"N": n, "CHUNK": CHUNK, "CHUNKS": chunks, "RING": ring, "WARPS": warps,
-                        "num_warps": warps}  # fmt: skip
-                key = ("held", (("RING", ring), ("warps", warps)))
-                runs[key] = _held_run(meta, programs, rows_per_program, has_dh)
+        w_bytes = chunks * CHUNK * 2
+        rings = [r for r in range(chunks, 8) if r * CHUNK * 4 + w_bytes + 4096 <= SHARED_BYTES]
+        for warps, ring, once in itertools.product(WARPS, rings, (False, True)):
+            meta = {"N": n, "CHUNK": CHUNK, "CHUNKS": chunks, "RING": ring, "WARPS": warps,
+                    "SUM_ONCE": once, "num_warps": warps}  # fmt: skip
+            key = ("held", (("RING", ring), ("warps", warps), ("sum once", once)))
+            runs[key] = _held_run(meta, programs, rows_per_program, has_dh)
         failed = {}
         for key, run in list(runs.items()):
             try:
