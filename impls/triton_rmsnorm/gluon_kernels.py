@@ -134,7 +134,6 @@ def rmsnorm_bwd_held_row_kernel(
     RING: gl.constexpr,  # ring slots (each a chunk of x and one of dy), at least CHUNKS
     HAS_DH_OUT: gl.constexpr,
     WARPS: gl.constexpr,  # the launch's num_warps (the layout needs it as a constant)
-    SUM_ONCE: gl.constexpr = False,
 ):  # fmt: skip
     """RMSNorm backward of 16-bit rows too wide for the single tile, x and dy read from HBM
     once: each row staged whole in shared memory, a ring of RING chunk slots filled by cp.async,
@@ -179,7 +178,6 @@ def rmsnorm_bwd_held_row_kernel(
         first_slot = ((row - row_start) * CHUNKS % RING).to(gl.int32)
         rstd = gl.load(RSTD + row)
         dot = 0.0
-        dot_lanes = gl.zeros([CHUNK], gl.float32, layout)
         for k in gl.static_range(CHUNKS):  # first pass: mean(g * x_hat)
             async_copy.wait_group(RING - 1 - k)
             slot = (first_slot + k) % RING
@@ -187,12 +185,7 @@ def rmsnorm_bwd_held_row_kernel(
             w = w_held.index(k).load(layout).to(gl.float32) + offset
             x = x_ring.index(slot).load(layout).to(gl.float32)
             dy = dy_ring.index(slot).load(layout).to(gl.float32)
-            if SUM_ONCE:
-                dot_lanes += gl.where(cols < N, w * dy * x, 0.0)
-            else:
-                dot += gl.sum(gl.where(cols < N, w * dy * x, 0.0), axis=0)
-        if SUM_ONCE:
-            dot = gl.sum(dot_lanes, axis=0)
+            dot += gl.sum(gl.where(cols < N, w * dy * x, 0.0), axis=0)
         mean_gx = dot * rstd / N
         for k in gl.static_range(CHUNKS):  # second pass: dx and dw, then restage the slot
             slot = (first_slot + k) % RING

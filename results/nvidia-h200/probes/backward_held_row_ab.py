@@ -36,11 +36,13 @@ from impls.triton_rmsnorm import gluon_kernels, kernels, launch, tuning
 
 SHAPES = [  # (M, N, dtype, with dh_out)
     (2048, 32768, torch.bfloat16, False),
+    (8192, 32768, torch.bfloat16, False),
     (2048, 32768, torch.float16, False),
     (4096, 32768, torch.bfloat16, False),
     (1024, 32768, torch.bfloat16, False),
     (512, 32768, torch.bfloat16, False),
     (96, 32768, torch.bfloat16, False),  # fewer rows than SMs (the product splits rows)
+    (4096, 16400, torch.bfloat16, False),  # three chunks, the last of 16 columns
     (4096, 24576, torch.bfloat16, False),
     (4096, 20480, torch.bfloat16, False),
     (2048, 32752, torch.bfloat16, False),  # the last chunk partly outside the row
@@ -69,7 +71,7 @@ def _wide_run(has_dh):
     return run
 
 
-def _held_run(meta, programs, rows_per_program, has_dh):
+def _held_run(meta, programs, rows_per_program, has_dh, reduce=True):
     kernel = gluon_kernels.rmsnorm_bwd_held_row_kernel
 
     def run(a):
@@ -79,7 +81,8 @@ def _held_run(meta, programs, rows_per_program, has_dh):
             x, w, dy, rstd, dx, partial, dh_arg, x.stride(0), dy.stride(0), dx.stride(0),
             dh_arg.stride(0), x.shape[0], rows_per_program, 0.0, HAS_DH_OUT=has_dh, **meta,
         )  # fmt: skip
-        _reduce(partial[:programs], dw)
+        if reduce:
+            _reduce(partial[:programs], dw)
 
     return run
 
@@ -119,11 +122,14 @@ def main(out_path: str) -> None:
         runs = {("wide", ()): _wide_run(has_dh)}
         w_bytes = chunks * CHUNK * 2
         rings = [r for r in range(chunks, 8) if r * CHUNK * 4 + w_bytes + 4096 <= SHARED_BYTES]
-        for warps, ring, once in itertools.product(WARPS, rings, (False, True)):
+        for warps, ring in itertools.product(WARPS, rings):
             meta = {"N": n, "CHUNK": CHUNK, "CHUNKS": chunks, "RING": ring, "WARPS": warps,
-                    "SUM_ONCE": once, "num_warps": warps}  # fmt: skip
-            key = ("held", (("RING", ring), ("warps", warps), ("sum once", once)))
+                    "num_warps": warps}  # fmt: skip
+            key = ("held", (("RING", ring), ("warps", warps)))
             runs[key] = _held_run(meta, programs, rows_per_program, has_dh)
+            if ring == chunks and warps == 16:  # its main kernel alone: the reduction's share
+                main_key = ("held, no reduction", key[1])
+                runs[main_key] = _held_run(meta, programs, rows_per_program, has_dh, False)
         failed = {}
         for key, run in list(runs.items()):
             try:
