@@ -8,7 +8,8 @@ and pytest's conftest sets it on machines without CUDA):
 Each case names the kernel ("bwd": rmsnorm_bwd_kernel, "fwd": rmsnorm_fwd_kernel,
 "bwd_shifted" and "fwd_shifted": rmsnorm_bwd_shifted_kernel and rmsnorm_fwd_shifted_kernel with
 16-bit rows of odd N, MAY_WRAP as the case's "wrap" says, "held_row":
-gluon_kernels.rmsnorm_fwd_held_row_kernel, whose case gives only x, block_n and warps), x's dtype
+gluon_kernels.rmsnorm_fwd_held_row_kernel, whose case gives only x, block_n and warps,
+"held_row_bwd": gluon_kernels.rmsnorm_bwd_held_row_kernel, x, block_n, warps and extra), x's dtype
 (and dy's, for the backward), HOLD_STORAGE_FORM, HAS_DH_OUT or HAS_RESIDUAL ("extra"), the tile
 width, num_warps, LOOP_STAGES and, for the forward, whether programs walk the tiles
 (PERSISTENT; the backward always does), with BLOCK_M = 1. Prints
@@ -32,6 +33,8 @@ def compile_ptx(case: dict) -> str:
 
     if case["kernel"] == "held_row":
         return _compile_held_row_ptx(case)
+    if case["kernel"] == "held_row_bwd":
+        return _compile_held_row_backward_ptx(case)
     x, stages = case["x"], case["stages"]
     if case["kernel"] in ("bwd", "bwd_shifted"):
         kernel = kernels.rmsnorm_bwd_kernel
@@ -68,6 +71,26 @@ def _compile_held_row_ptx(case: dict) -> str:
                   "SHARED_CHUNKS": launch._held_row_shared_chunks(n), "WARPS": case["warps"]}  # fmt: skip
     return _ptx(gluon_kernels.rmsnorm_fwd_held_row_kernel, pointer_types, constexprs,
                 {"num_warps": case["warps"]}, divisible=("stride_x_row", "stride_y_row"))  # fmt: skip
+
+
+def _compile_held_row_backward_ptx(case: dict) -> str:
+    """gluon_kernels.rmsnorm_bwd_held_row_kernel at N = block_n, x, dy, dx and w of the case's
+    x dtype (dh_out too, with "extra"), as launch configures it on a device with 227 KB of
+    shared memory a program (the H100's and H200's), row strides divisible by 16."""
+    from impls.triton_rmsnorm import gluon_kernels, launch
+
+    n, x = case["block_n"], case["x"]
+    pointer_types = {"X": x, "W": x, "DY": x, "RSTD": "fp32", "DX": x, "DW_PARTIAL": "fp32",
+                     "DH_OUT": x}  # fmt: skip
+    chunks = launch.cdiv(n, launch.HELD_BACKWARD_CHUNK)
+    ring = (232448 - chunks * launch.HELD_BACKWARD_CHUNK * 2 - launch.HELD_ROW_SCRATCH_BYTES) // (
+        launch.HELD_BACKWARD_CHUNK * 4
+    )
+    constexprs = {"N": n, "CHUNK": launch.HELD_BACKWARD_CHUNK, "CHUNKS": chunks, "RING": ring,
+                  "HAS_DH_OUT": case["extra"], "WARPS": case["warps"]}  # fmt: skip
+    strides = ("stride_x_row", "stride_dy_row", "stride_dx_row", "stride_dh_row")
+    return _ptx(gluon_kernels.rmsnorm_bwd_held_row_kernel, pointer_types, constexprs,
+                {"num_warps": case["warps"]}, divisible=strides)  # fmt: skip
 
 
 def _ptx(kernel, pointer_types: dict, constexprs: dict, options: dict, divisible=()) -> str:
@@ -120,6 +143,9 @@ def main(cases: list[dict]) -> list[dict]:
         found = {dtype: marker in ptx for dtype, marker in MARKERS.items()}
         if case["kernel"] == "held_row":  # its rows go through shared memory by cp.async
             found["cp.async"] = "cp.async.cg.shared.global" in ptx
+        if case["kernel"] == "held_row_bwd":  # 16-byte copies and dx stores (cp.async.cg: 16 only)
+            found["staged vectors"] = ptx.count("cp.async.cg.shared.global")
+            found["vector stores"] = ptx.count("st.global.v4.b32")
         if case["kernel"] in ("bwd_shifted", "fwd_shifted"):  # (cp.async.cg: 16 bytes only)
             found["vector loads"] = ptx.count("ld.global.v4.b32")
             found["staged vectors"] = ptx.count("cp.async.cg.shared.global")

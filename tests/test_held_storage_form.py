@@ -40,10 +40,11 @@ def test_launch_asks_for_it_at_wide_16_bit_tiles_on_nvidia_gpus_only(monkeypatch
 
     launched = []
     monkeypatch.setattr(launch, "_launch", lambda name, grid, *args, **kw: launched.append(kw))
+    monkeypatch.setattr(launch, "_reduce_partials", lambda partial, dw: None)
     for n, x_dtype, dy_dtype in ((WIDEST // 2, bf16, bf16), (WIDEST // 2 + 1, bf16, bf16),
                                  (WIDEST, bf16, fp32), (WIDEST, fp32, fp32)):  # fmt: skip
         x, dy = torch.zeros(4, n, dtype=x_dtype), torch.zeros(4, n, dtype=dy_dtype)
-        launch._backward_single_tile(dy, x, x[0], torch.empty(4), 0.0, x, x, False)
+        launch._backward_single_tile(dy, x, x[0], torch.empty(4), 0.0, x, x, False, x[0])
     assert [kw["HOLD_STORAGE_FORM"] for kw in launched] == [False, True, True, False]
 
 
@@ -173,6 +174,7 @@ def test_forward_launch_asks_for_it_at_wide_16_bit_tiles_on_nvidia_gpus_only(mon
 
     launched = []
     monkeypatch.setattr(launch, "_launch", lambda name, grid, *args, **kw: launched.append(kw))
+    monkeypatch.setattr(launch, "_reduce_partials", lambda partial, dw: None)
     for n, dtype in (
         (FORWARD_FROM // 2, bf16),
         (FORWARD_FROM // 2 + 1, bf16),

@@ -56,10 +56,11 @@ def test_the_launch_passes_its_constants(monkeypatch):
     monkeypatch.setattr(
         launch, "_launch", lambda name, grid, *args, **kw: launched.append((name, grid, kw))
     )
+    monkeypatch.setattr(launch, "_reduce_partials", lambda partial, dw: None)
     for n, dtype in ((4095, BF16), (4001, BF16), (4094, BF16), (4092, FP16), (4095, FP32),
                      (4096, BF16)):  # fmt: skip
         x = torch.zeros(20, n, dtype=dtype)
-        launch._backward_single_tile(x, x, x[0], torch.empty(20), 0.0, x, x, False)
+        launch._backward_single_tile(x, x, x[0], torch.empty(20), 0.0, x, x, False, x[0])
     constants = [(name, kw.get("VEC"), kw.get("PERIOD"), kw.get("MAY_WRAP"))
                  for name, _, kw in launched]  # fmt: skip
     shifted = "rmsnorm_bwd_shifted_kernel"

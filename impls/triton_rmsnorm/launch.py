@@ -13,7 +13,9 @@ Paths, chosen by the hidden size N (and for wide rows by M), separately for each
   (row, chunk), in two launches.
 - held row (forward, 16-bit rows of SINGLE_TILE_MAX_N < N <= HELD_ROW_MAX_N, NVIDIA GPUs with
   Gluon): each row held on one SM in registers and shared memory (gluon_kernels.py), x read
-  once; measured against the looped or split path at the first call.
+  once; measured against the looped or split path at the first call. The backward's held row
+  (16-bit rows of BACKWARD_SINGLE_TILE_MAX_N < N <= HELD_BACKWARD_MAX_N) stages each row's x and
+  dy in shared memory and reads them once; measured against the wide path at the first call.
 Forward rows of FORWARD_LOOPED_FROM_N < N <= SINGLE_TILE_MAX_N take whichever of the single tile
 and the looped path measured faster at the first call (on a GPU, autotuning).
 
@@ -84,6 +86,17 @@ HELD_ROW_WARPS = 32
 HELD_ROW_MAX_N = HELD_ROW_REG + HELD_ROW_SHARED_CHUNKS * HELD_ROW_CHUNK
 #: Shared memory the kernel needs beyond its buffers (its reductions' scratch), with margin.
 HELD_ROW_SCRATCH_BYTES = 4096
+#: The held-row backward (gluon_kernels.rmsnorm_bwd_held_row_kernel): a row's x and dy staged
+#: whole in a shared-memory ring of HELD_BACKWARD_CHUNK-column slots (as many as fit, at least a
+#: row's), w in shared memory, the program's dw accumulator in registers (one variable a chunk,
+#: HELD_BACKWARD_MAX_CHUNKS at most), one program per SM, 16 or 32 warps (measured at the first
+#: call with the wide path). On the H200 (bf16, 2048-8192 rows of 20480-32768 columns) it ran
+#: 1.30-1.49x the wide path, 73-87% of the copy; at 512 rows and fewer, slower
+#: (results/nvidia-h200/probes/2026-11-30-72bc9566aa85-backward-held-row-ab.txt).
+HELD_BACKWARD_CHUNK = 8192
+HELD_BACKWARD_MAX_CHUNKS = 4
+HELD_BACKWARD_MAX_N = HELD_BACKWARD_CHUNK * HELD_BACKWARD_MAX_CHUNKS
+HELD_BACKWARD_WARPS = (16, 32)
 #: Chunk width of the split kernels (wide rows, fewer of them than SMs): one program per
 #: (row, chunk).
 SPLIT_BLOCK_N = 16384
@@ -929,10 +942,32 @@ def rmsnorm_backward(
 
 
 def _backward_launches(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool, dw) -> None:
-    """The backward's kernels for x's width, then the dw partials' reduction into dw."""
-    n = x.shape[1]
-    dw_partial = _backward_launch(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out)
-    rows = dw_partial.shape[0]
+    """The backward's kernels for x's width, then the dw partials' reduction into dw. Where
+    several paths can serve x (wide rows that fit the held row), a GPU measures them at the
+    first call, each with its reduction, and keeps the fastest."""
+    args = (dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw)
+    m, n = x.shape
+    paths = _backward_paths(x, dy, weight, dh_arg if has_dh_out else None)
+    if len(paths) == 1 or not autotuning():
+        paths[0](*args)
+    else:
+        dtypes = (x.dtype, weight.dtype, dy.dtype, dh_arg.dtype)
+        path_key = ("bwd", n, m.bit_length(), has_dh_out, *dtypes)
+        _measured_path(path_key, paths, args, x.device)(*args)
+
+
+def _backward_paths(x, dy, weight, dh_out) -> list:
+    """The backward paths that can serve x, the default first."""
+    if not backward_is_looped(x.shape[1]):
+        return [_backward_single_tile]
+    if backward_holds_row_on_chip(x, dy, weight, dh_out):
+        return [_backward_wide, *_HELD_ROW_BACKWARDS]
+    return [_backward_wide]
+
+
+def _reduce_partials(dw_partial: torch.Tensor, dw: torch.Tensor) -> None:
+    """dw = the [programs, N] fp32 partials summed over programs, in a fixed order."""
+    rows, n = dw_partial.shape
     _launch_fixed(
         kernels.rmsnorm_dw_reduce_kernel, (cdiv(n, DW_REDUCE_BLOCK_N),), dw_partial, dw, rows, n,
         BLOCK_ROWS=min(next_power_of_2(rows), DW_REDUCE_MAX_ROWS), BLOCK_N=DW_REDUCE_BLOCK_N,
@@ -940,13 +975,7 @@ def _backward_launches(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool
     )  # fmt: skip
 
 
-def _backward_launch(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) -> torch.Tensor:
-    """Launch the backward for x's width; returns the [programs, N] fp32 dw partials."""
-    path = _backward_wide if backward_is_looped(x.shape[1]) else _backward_single_tile
-    return path(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out)
-
-
-def _backward_single_tile(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool):
+def _backward_single_tile(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool, dw):
     m, n = x.shape
     block_n = block_size(n)
     period = backward_row_period(x, dy, dh_arg if has_dh_out else None)
@@ -966,7 +995,7 @@ def _backward_single_tile(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: b
         "rmsnorm_bwd_shifted_kernel" if period > 1 else "rmsnorm_bwd_kernel", (programs,), *args,
         dtypes=(x.dtype, weight.dtype, dy.dtype, dh_arg.dtype), **switches,
     )  # fmt: skip
-    return dw_partial
+    _reduce_partials(dw_partial, dw)
 
 
 def backward_row_period(x: torch.Tensor, dy: torch.Tensor, dh_out: torch.Tensor | None) -> int:
@@ -1044,7 +1073,9 @@ def _single_tile_backward_args(
     )  # fmt: skip
 
 
-def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) -> torch.Tensor:
+def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool, dw) -> None:
+    """Two steps: each row's mean(g * x_hat) (split across programs when rows are fewer
+    than SMs), then column blocks x row groups for dx and the dw partials."""
     m, n = x.shape
     mean_gx = torch.empty((m,), dtype=torch.float32, device=x.device)
     if rows_are_split(m, x.device):
@@ -1077,7 +1108,75 @@ def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool) ->
         dtypes=(x.dtype, weight.dtype, dy.dtype, dh_arg.dtype), BLOCK_N=WIDE_BLOCK_N,
         HAS_DH_OUT=has_dh_out,
     )  # fmt: skip
-    return dw_partial
+    _reduce_partials(dw_partial, dw)
+
+
+def backward_holds_row_on_chip(x, dy, weight, dh_out) -> bool:
+    """Whether the held-row backward can serve these tensors: rows of
+    BACKWARD_SINGLE_TILE_MAX_N < N <= HELD_BACKWARD_MAX_N, x, dy and w in 16-bit dtypes, N a
+    multiple of 16, x, dy, w, dh_out at 16-byte addresses with row strides that divide by 16
+    elements (the copies move 16-byte vectors, and Triton marks an integer divisible by 16 or
+    not at all), Gluon present, a Hopper-class NVIDIA GPU with the shared memory its ring
+    needs (_held_row_backward_fits_device)."""
+    n = x.shape[1]
+    rows = (x, dy) if dh_out is None else (x, dy, dh_out)
+    return (
+        BACKWARD_SINGLE_TILE_MAX_N < n <= HELD_BACKWARD_MAX_N
+        and gluon_kernels is not None
+        and all(t.dtype in (torch.float16, torch.bfloat16) for t in (x, dy, weight))
+        and n % 16 == 0
+        and all(t.data_ptr() % 16 == 0 for t in (*rows, weight))
+        and all(t.stride(0) % 16 == 0 for t in rows)
+        and _inline_ptx_runs()
+        and _held_row_backward_fits_device(x.device, n)
+    )
+
+
+def _held_row_backward_fits_device(device: torch.device, n: int) -> bool:
+    """A CUDA device of compute capability 9.0 or later (measured on the H200 only) whose
+    shared memory takes the ring (_held_backward_ring)."""
+    if device.type != "cuda":
+        return False
+    index = device.index or 0
+    return torch.cuda.get_device_capability(index) >= (9, 0) and _held_backward_ring(n, device) > 0
+
+
+def _held_backward_ring(n: int, device: torch.device) -> int:
+    """Ring slots of the held-row backward: as many as the device's shared memory takes
+    beside w (a 16-bit chunk each of x and dy a slot), at least a row's chunks; 0 if even
+    those do not fit."""
+    chunks = cdiv(n, HELD_BACKWARD_CHUNK)
+    free = (
+        _shared_bytes_per_block(device.index or 0)
+        - chunks * HELD_BACKWARD_CHUNK * 2
+        - HELD_ROW_SCRATCH_BYTES
+    )
+    ring = free // (HELD_BACKWARD_CHUNK * 4)
+    return ring if ring >= chunks else 0
+
+
+def _backward_held_row(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw, *, warps: int):
+    """Rows staged whole on one SM (backward_holds_row_on_chip says when): one program per SM
+    walking a contiguous chunk of rows, a fixed configuration but for its warps."""
+    m, n = x.shape
+    programs, rows_per_program = _single_tile_backward_grid(m, x.device)
+    dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x.device)
+    config = {"CHUNK": HELD_BACKWARD_CHUNK, "CHUNKS": cdiv(n, HELD_BACKWARD_CHUNK),
+              "RING": _held_backward_ring(n, x.device), "WARPS": warps}  # fmt: skip
+    meta = {"N": n, **config, "HAS_DH_OUT": has_dh_out, "num_warps": warps}
+    args = (x, weight, dy, rstd, dx, dw_partial, dh_arg, x.stride(0), dy.stride(0), dx.stride(0),
+            dh_arg.stride(0), m, rows_per_program, offset)  # fmt: skip
+    direct.launch(gluon_kernels.rmsnorm_bwd_held_row_kernel, (programs,), args, meta,
+                  x.get_device())  # fmt: skip
+    _LAUNCHED["rmsnorm_bwd_held_row_kernel"] = {**config, "num_warps": warps}
+    _reduce_partials(dw_partial, dw)
+
+
+#: The held-row backward at each of its warp counts: paths of their own, measured at the first
+#: call beside the wide path (16 warps ran 2-10% faster at most shapes, 32 at others).
+_HELD_ROW_BACKWARDS = tuple(
+    functools.partial(_backward_held_row, warps=warps) for warps in HELD_BACKWARD_WARPS
+)
 
 
 # ---- replays: later calls of a signature skip the Python launch path -------------------------

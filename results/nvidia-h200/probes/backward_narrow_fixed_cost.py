@@ -11,6 +11,10 @@ the reduction).
 Prediction: a fixed cost of 5-8 µs a call (the reduction 2-3 µs, the fill of a 3-4 stage
 pipeline at one program per SM), a slope near 90% of the copy.
 
+Ran at 9f8e745f6e43, whose launch._backward_launch launched the main kernel alone; since v19
+every backward path ends with its own reduction (launch._reduce_partials), so rerunning it
+needs that split back.
+
 Run from the repository root on a GPU:
     PYTHONPATH=.:results/nvidia-h200/probes python results/nvidia-h200/probes/backward_narrow_fixed_cost.py out.json
 """

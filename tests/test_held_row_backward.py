@@ -1,0 +1,196 @@
+"""The held-row backward (gluon_kernels.rmsnorm_bwd_held_row_kernel): 16-bit rows of 16385 to
+32768 columns, each staged whole in shared memory and read from HBM once. When the launch
+offers it, how large its ring is, that it compiles for sm_90 (on any machine with Triton's
+NVIDIA backend), and on an NVIDIA GPU that it matches the oracle."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.inputs import make_inputs
+from impls.triton_rmsnorm import launch
+from tests import sm90_compile
+from tests.cases import DTYPE_NAMES
+from tests.conftest import DEVICE
+from tests.test_residual import _check as _check_residual
+from tests.test_triton_features import _assert_matches_oracle
+
+WIDEST = launch.HELD_BACKWARD_MAX_N
+NARROWEST = launch.BACKWARD_SINGLE_TILE_MAX_N + 16
+#: Shared memory a program may ask for on the H100 and H200.
+HOPPER_SHARED = 232448
+ON_NVIDIA_GPU = DEVICE == "cuda" and torch.version.hip is None
+needs_held_row_gpu = pytest.mark.skipif(
+    not (
+        ON_NVIDIA_GPU
+        and launch.gluon_kernels is not None
+        and torch.cuda.get_device_capability() >= (9, 0)
+        and launch._held_backward_ring(WIDEST, torch.device("cuda")) > 0
+    ),
+    reason="the held-row backward needs a Hopper-class NVIDIA GPU with 227 KB of shared memory "
+    "a program and a Triton with Gluon",
+)
+
+
+def test_launch_offers_it_for_aligned_16_bit_rows_past_the_single_tile(monkeypatch):
+    """16-bit x, dy and w, BACKWARD_SINGLE_TILE_MAX_N < N <= HELD_BACKWARD_MAX_N, N a multiple
+    of 16, every row and w on 16 bytes (dh_out's too), Gluon present."""
+    bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
+
+    def offered(n, x_dtype=bf16, dy_dtype=None, w_dtype=None, width=None, start=0, dh=None):
+        x = torch.zeros(2, width or n, dtype=x_dtype)[:, start : start + n]
+        dy = torch.zeros(2, n, dtype=dy_dtype or x_dtype)
+        w = torch.zeros(n, dtype=w_dtype or x_dtype)
+        return launch.backward_holds_row_on_chip(x, dy, w, dh)
+
+    monkeypatch.setattr(launch, "_inline_ptx_runs", lambda: True)
+    monkeypatch.setattr(launch, "_held_row_backward_fits_device", lambda device, n: True)
+    assert offered(WIDEST) and offered(NARROWEST) and offered(WIDEST, fp16)
+    assert offered(WIDEST, bf16, fp16, fp16)  # any 16-bit dtypes
+    assert offered(WIDEST - 64, width=WIDEST)  # strided rows, aligned
+    assert offered(WIDEST, dh=torch.zeros(2, WIDEST, dtype=fp32))  # dh_out read, not staged
+    assert not offered(launch.BACKWARD_SINGLE_TILE_MAX_N)  # the single tile takes it
+    assert not offered(WIDEST + 16)
+    assert not offered(WIDEST, fp32) and not offered(WIDEST, bf16, fp32)
+    assert not offered(WIDEST, w_dtype=fp32)  # w is staged in shared memory as 16-bit
+    assert not offered(WIDEST - 8)  # row strides must divide by 16 elements
+    assert not offered(WIDEST - 64, width=WIDEST - 8)
+    assert not offered(WIDEST - 64, width=WIDEST, start=4)  # x 8 bytes off a 16-byte line
+    assert not offered(WIDEST, dh=torch.zeros(2, WIDEST + 8)[:, :WIDEST])
+    monkeypatch.setattr(launch, "gluon_kernels", None)
+    assert not offered(WIDEST)
+
+
+def test_device_part_of_the_decision(monkeypatch):
+    """A CUDA device of compute capability 9.0 or later whose shared memory takes w and at least
+    a row's ring slots (16 KB of x and 16 KB of dy a slot); the ring takes the most that fit."""
+    assert not launch._held_row_backward_fits_device(torch.device("cpu"), WIDEST)
+    cuda = torch.device("cuda", 0)
+    for capability, shared, n, ring, fits in [
+        ((9, 0), HOPPER_SHARED, WIDEST, 4, True),  # 4 x 32 KB beside 64 KB of w
+        ((9, 0), HOPPER_SHARED, 24576, 5, True),
+        ((9, 0), HOPPER_SHARED, NARROWEST, 5, True),
+        ((9, 0), 166912, WIDEST, 0, False),  # 163 KB (the A100's): not even a row
+        ((9, 0), 166912, 20480, 3, True),
+        ((8, 0), HOPPER_SHARED, WIDEST, 4, False),
+    ]:
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index, c=capability: c)
+        monkeypatch.setattr(launch, "_shared_bytes_per_block", lambda index, s=shared: s)
+        assert launch._held_backward_ring(n, cuda) == ring, (shared, n)
+        assert launch._held_row_backward_fits_device(cuda, n) is fits, (capability, shared, n)
+
+
+def test_backward_measures_it_beside_the_wide_path(monkeypatch):
+    """Where it is offered, the backward's first call measures it (at 16 and at 32 warps)
+    against the wide path rather than taking it blindly; where not, the wide path runs."""
+    monkeypatch.setattr(launch, "autotuning", lambda: True)
+    offered = []
+
+    def measured(key, paths, args, device):
+        offered.append(list(paths))
+        return lambda *args: None
+
+    monkeypatch.setattr(launch, "_measured_path", measured)
+    x = torch.zeros(4, WIDEST, dtype=torch.bfloat16)
+    args = (x, x, x[0], torch.zeros(4), 0.0, x, x, False, x[0])
+    monkeypatch.setattr(launch, "backward_holds_row_on_chip", lambda *a: True)
+    launch._backward_launches(*args)
+    assert offered == [[launch._backward_wide, *launch._HELD_ROW_BACKWARDS]]
+    assert [p.keywords["warps"] for p in launch._HELD_ROW_BACKWARDS] == [16, 32]
+    assert launch._backward_paths(x[:, :1024], x[:, :1024], x[0, :1024], None) == [
+        launch._backward_single_tile
+    ]
+    monkeypatch.setattr(launch, "backward_holds_row_on_chip", lambda *a: False)
+    assert launch._backward_paths(x, x, x[0], None) == [launch._backward_wide]
+
+
+#: (x dtype, tile width, warps, with dh_out) -> 16-byte copies and 16-byte stores in the PTX. A
+#: thread holds v 16-byte vectors of a 16-bit chunk (8192 columns over 32 x warps threads: v = 2
+#: at 16 warps, 1 at 32) and 2v of an fp32 one. Copies: x and dy into the ring's first slots
+#: (RING: 4 at 4 chunks, 5 at 3), w's chunks, x and dy of each chunk once the second pass is done
+#: with it; stores: dx a chunk, and the dw partials at the end.
+_COMPILED_CASES = [
+    (("bf16", WIDEST, 16, False), {"staged vectors": 2 * (2 * 4 + 4 + 2 * 4),
+                                   "vector stores": 2 * 4 + 4 * 4}),
+    (("fp16", WIDEST, 32, True), {"staged vectors": 2 * 4 + 4 + 2 * 4,
+                                  "vector stores": 4 + 2 * 4}),
+    (("bf16", 24576, 16, False), {"staged vectors": 2 * (2 * 5 + 3 + 2 * 3),
+                                  "vector stores": 2 * 3 + 4 * 3}),
+]  # fmt: skip
+
+
+def test_held_row_backward_compiles_for_sm90():
+    """Gluon kernels cannot run under the interpreter, so CI compiles this one for sm_90 (no
+    GPU), with the Gluon of the Triton installed: every copy into shared memory a 16-byte
+    cp.async, every dx and dw store a 16-byte vector."""
+    pytest.importorskip(
+        "triton.backends.nvidia.compiler", reason="Triton without its NVIDIA backend"
+    )
+    if launch.gluon_kernels is None:
+        pytest.skip("this Triton has no Gluon")
+    cases = [{"kernel": "held_row_bwd", "x": x, "block_n": n, "warps": warps, "extra": dh}
+             for (x, n, warps, dh), _ in _COMPILED_CASES]  # fmt: skip
+    found = sm90_compile.run(cases)
+    assert [{k: f[k] for k in ("staged vectors", "vector stores")} for f in found] == [
+        expected for _, expected in _COMPILED_CASES
+    ]
+
+
+def _force_held(monkeypatch, warps_index: int) -> None:
+    """The held row at that warp count as the backward's only path."""
+    path = launch._HELD_ROW_BACKWARDS[warps_index]
+    monkeypatch.setattr(launch, "_backward_paths", lambda *args: [path])
+
+
+@needs_held_row_gpu
+@pytest.mark.parametrize(
+    "shape, dtype, warps_index",
+    [
+        ((300, WIDEST), torch.bfloat16, 0),  # programs walk several rows
+        ((300, WIDEST), torch.float16, 1),
+        ((5, WIDEST), torch.bfloat16, 0),  # fewer rows than SMs
+        ((200, NARROWEST), torch.bfloat16, 0),  # 3 chunks, the last 16 columns of the row
+        ((2, 140, 24576), torch.float16, 0),  # leading dims flattened, 3 whole chunks
+        ((1000, 20480), torch.bfloat16, 1),  # 8 rows a program and a partial last one
+    ],
+    ids=lambda p: "x".join(map(str, p)) if isinstance(p, tuple) else DTYPE_NAMES.get(p, str(p)),
+)
+def test_held_row_backward_matches_the_oracle(monkeypatch, shape, dtype, warps_index):
+    _force_held(monkeypatch, warps_index)
+    inputs = make_inputs(shape, dtype, DEVICE)
+    launch.take_launch_configs()
+    _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
+    assert "rmsnorm_bwd_held_row_kernel" in launch.take_launch_configs()
+
+
+@needs_held_row_gpu
+def test_held_row_backward_with_strided_rows_and_mixed_16_bit_dtypes(monkeypatch):
+    """Rows of a wider tensor (the kernel takes x's stride), an fp16 dy with bf16 x and w."""
+    _force_held(monkeypatch, 0)
+    n = WIDEST - 64
+    wide = make_inputs((200, WIDEST), torch.bfloat16, DEVICE)
+    x = wide.x[:, :n]
+    assert x.stride(0) == WIDEST
+    launch.take_launch_configs()
+    _assert_matches_oracle(x, wide.weight[:n].contiguous(), wide.dy[:, :n].half())
+    assert "rmsnorm_bwd_held_row_kernel" in launch.take_launch_configs()
+
+
+@needs_held_row_gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_held_row_backward_with_a_residual(monkeypatch, dtype):
+    """The residual's gradient dh_out added to dx (HAS_DH_OUT): h, y, dx, dr, dw."""
+    _force_held(monkeypatch, 0)
+    launch.take_launch_configs()
+    _check_residual((150, WIDEST), dtype)
+    assert "rmsnorm_bwd_held_row_kernel" in launch.take_launch_configs()
+
+
+@needs_held_row_gpu
+def test_held_row_backward_fp32_weight_takes_the_wide_path():
+    """w in fp32 does not fit the shared memory beside the ring: the wide path serves it."""
+    inputs = make_inputs((300, WIDEST), torch.bfloat16, DEVICE)
+    launch.take_launch_configs()
+    _assert_matches_oracle(inputs.x, inputs.weight.float(), inputs.dy)
+    assert "rmsnorm_bwd_held_row_kernel" not in launch.take_launch_configs()
