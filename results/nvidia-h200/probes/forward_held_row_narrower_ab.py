@@ -73,7 +73,7 @@ def main(out_path: str) -> None:
         checks = {}
         for split in SPLITS[n]:
             for warps in WARPS:
-                name = "held {}+{}x{}, {} warps".format(split[0], split[2], split[1], warps)
+                name = f"held {split[0]}+{split[2]}x{split[1]}, {warps} warps"
                 run = _held_run(m, n, split, warps, min(m, sms))
                 try:
                     y.fill_(float("nan"))
