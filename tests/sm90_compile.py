@@ -9,7 +9,8 @@ Each case names the kernel ("bwd": rmsnorm_bwd_kernel, "fwd": rmsnorm_fwd_kernel
 "bwd_shifted" and "fwd_shifted": rmsnorm_bwd_shifted_kernel and rmsnorm_fwd_shifted_kernel with
 16-bit rows of odd N, MAY_WRAP as the case's "wrap" says, "held_row":
 gluon_kernels.rmsnorm_fwd_held_row_kernel, whose case gives only x, block_n and warps,
-"held_row_bwd": gluon_kernels.rmsnorm_bwd_held_row_kernel, x, block_n, warps and extra), x's dtype
+"held_row_bwd": gluon_kernels.rmsnorm_bwd_held_row_kernel, x, block_n, warps and extra;
+"held_group_bwd": gluon_kernels.rmsnorm_bwd_held_group_kernel, x, block_n and extra), x's dtype
 (and dy's, for the backward), HOLD_STORAGE_FORM, HAS_DH_OUT or HAS_RESIDUAL ("extra"), the tile
 width, num_warps, LOOP_STAGES and, for the forward, whether programs walk the tiles
 (PERSISTENT; the backward always does), with BLOCK_M = 1. Prints
@@ -21,6 +22,7 @@ for the shifted kernels how many 16-byte global loads, cp.async copies and store
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 #: Text only _upcast_opaque's inline PTX puts in the PTX: LLVM writes the mask of its own bf16
@@ -35,6 +37,8 @@ def compile_ptx(case: dict) -> str:
         return _compile_held_row_ptx(case)
     if case["kernel"] == "held_row_bwd":
         return _compile_held_row_backward_ptx(case)
+    if case["kernel"] == "held_group_bwd":
+        return _compile_held_group_backward_ptx(case)
     x, stages = case["x"], case["stages"]
     if case["kernel"] in ("bwd", "bwd_shifted"):
         kernel = kernels.rmsnorm_bwd_kernel
@@ -93,6 +97,24 @@ def _compile_held_row_backward_ptx(case: dict) -> str:
                 {"num_warps": case["warps"]}, divisible=strides)  # fmt: skip
 
 
+def _compile_held_group_backward_ptx(case: dict) -> str:
+    """gluon_kernels.rmsnorm_bwd_held_group_kernel at N = block_n, as launch configures it
+    (x, dy, dx, w and dh_out of the case's x dtype, row strides divisible by 16)."""
+    from impls.triton_rmsnorm import gluon_kernels, launch
+
+    n, x = case["block_n"], case["x"]
+    pointer_types = {"X": x, "W": x, "DY": x, "RSTD": "fp32", "DX": x, "DW_PARTIAL": "fp32",
+                     "DH_OUT": x, "DOT": "fp32", "COUNT": "i32"}  # fmt: skip
+    group = launch.cdiv(n, launch.HELD_GROUP_SLICE)
+    constexprs = {"N": n, "GROUP": group, "GROUP_PADDED": launch.next_power_of_2(group),
+                  "CHUNK": launch.HELD_BACKWARD_CHUNK, "CHUNKS": launch.HELD_GROUP_CHUNKS,
+                  "RING": launch.HELD_GROUP_RING, "HAS_DH_OUT": case["extra"],
+                  "WARPS": launch.HELD_GROUP_WARPS, "SPIN_LIMIT": launch.HELD_GROUP_SPIN_LIMIT}  # fmt: skip
+    strides = ("stride_x_row", "stride_dy_row", "stride_dx_row", "stride_dh_row")
+    return _ptx(gluon_kernels.rmsnorm_bwd_held_group_kernel, pointer_types, constexprs,
+                {"num_warps": launch.HELD_GROUP_WARPS}, divisible=strides)  # fmt: skip
+
+
 def _ptx(kernel, pointer_types: dict, constexprs: dict, options: dict, divisible=()) -> str:
     """The kernel's PTX for sm_90: pointers 16-byte aligned, eps and offset fp32, other scalars
     i32 (those named in divisible marked divisible by 16)."""
@@ -143,7 +165,12 @@ def main(cases: list[dict]) -> list[dict]:
         found = {dtype: marker in ptx for dtype, marker in MARKERS.items()}
         if case["kernel"] == "held_row":  # its rows go through shared memory by cp.async
             found["cp.async"] = "cp.async.cg.shared.global" in ptx
-        if case["kernel"] == "held_row_bwd":  # 16-byte copies and dx stores (cp.async.cg: 16 only)
+        if case["kernel"] == "held_group_bwd":  # the exchange's memory ordering
+            # (an add whose result is unused is a red, not an atom, on later Tritons)
+            found["release adds"] = len(re.findall(r"(?:atom|red)\.global\.gpu\.release\.add", ptx))
+            found["acquire polls"] = ptx.count("ld.global.gpu.acquire")
+            found["volatile loads"] = ptx.count("ld.volatile.global")
+        if case["kernel"] in ("held_row_bwd", "held_group_bwd"):  # 16-byte copies and stores
             found["staged vectors"] = ptx.count("cp.async.cg.shared.global")
             found["vector stores"] = ptx.count("st.global.v4.b32")
         if case["kernel"] in ("bwd_shifted", "fwd_shifted"):  # (cp.async.cg: 16 bytes only)

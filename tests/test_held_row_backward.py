@@ -194,3 +194,124 @@ def test_held_row_backward_fp32_weight_takes_the_wide_path():
     launch.take_launch_configs()
     _assert_matches_oracle(inputs.x, inputs.weight.float(), inputs.dy)
     assert "rmsnorm_bwd_held_row_kernel" not in launch.take_launch_configs()
+
+
+# ---- rows wider than one SM holds: a group of programs a row ---------------------------------
+
+GROUPED = 2 * WIDEST
+
+
+def test_launch_offers_the_group_past_the_held_row(monkeypatch):
+    """Past HELD_BACKWARD_MAX_N, under the same conditions on the tensors as the held row, the
+    grouped held row (and the wide path first)."""
+    bf16 = torch.bfloat16
+    monkeypatch.setattr(launch, "_inline_ptx_runs", lambda: True)
+    monkeypatch.setattr(launch, "_held_row_backward_fits_device", lambda device, n: True)
+    monkeypatch.setattr(launch, "_held_group_fits_device", lambda device, n: True)
+
+    def offered(n, w_dtype=bf16, width=None):
+        x = torch.zeros(2, width or n, dtype=bf16)[:, :n]
+        return launch.backward_holds_row_in_group(x, x, torch.zeros(n, dtype=w_dtype), None)
+
+    assert offered(GROUPED) and offered(WIDEST + 16) and offered(2**20)
+    assert offered(GROUPED - 64, width=GROUPED)
+    assert not offered(WIDEST)  # one program holds it
+    assert not offered(GROUPED, torch.float32)
+    assert not offered(GROUPED - 8)
+    x = torch.zeros(2, GROUPED, dtype=bf16)
+    assert launch._backward_paths(x, x, x[0], None) == [
+        launch._backward_wide,
+        launch._backward_held_group,
+    ]
+
+
+def test_device_part_of_the_group_decision(monkeypatch):
+    """Compute capability 9.0 or later, an SM for every 16384-column slice of a row, and the
+    shared memory of 5 ring slots and w's slice (192 KB)."""
+    assert not launch._held_group_fits_device(torch.device("cpu"), GROUPED)
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(launch, "_sm_count", lambda index: 132)
+    for capability, shared, n, fits in [
+        ((9, 0), HOPPER_SHARED, GROUPED, True),
+        ((9, 0), HOPPER_SHARED, 132 * launch.HELD_GROUP_SLICE, True),
+        ((9, 0), HOPPER_SHARED, 132 * launch.HELD_GROUP_SLICE + 16, False),  # 133 slices
+        ((9, 0), 166912, GROUPED, False),
+        ((8, 0), HOPPER_SHARED, GROUPED, False),
+    ]:
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index, c=capability: c)
+        monkeypatch.setattr(launch, "_shared_bytes_per_block", lambda index, s=shared: s)
+        assert launch._held_group_fits_device(cuda, n) is fits, (capability, shared, n)
+
+
+def test_held_group_backward_compiles_for_sm90():
+    """Compiled for sm_90 (no GPU): the exchange's release adds (two: the first row and the
+    rows after), acquire polls (the first and the loop's) and the volatile load of the slices'
+    sums; 16-byte copies and stores (8 warps: 4 vectors of a 16-bit chunk a thread, 8 of an
+    fp32 one; 5 ring slots, w's 2 chunks, 2 chunks restaged a row; dx and the dw partials)."""
+    pytest.importorskip(
+        "triton.backends.nvidia.compiler", reason="Triton without its NVIDIA backend"
+    )
+    if launch.gluon_kernels is None:
+        pytest.skip("this Triton has no Gluon")
+    cases = [{"kernel": "held_group_bwd", "x": x, "block_n": n, "extra": dh}
+             for x, n, dh in (("bf16", GROUPED, False), ("fp16", 40960, True))]  # fmt: skip
+    expected = {"release adds": 2, "acquire polls": 2, "volatile loads": 1,
+                "staged vectors": 4 * (2 * 5 + 2 + 2 * 2), "vector stores": 4 * 2 + 8 * 2}  # fmt: skip
+    found = sm90_compile.run(cases)
+    assert [{k: f[k] for k in expected} for f in found] == [expected, expected]
+
+
+def _force_group(monkeypatch) -> None:
+    monkeypatch.setattr(launch, "_backward_paths", lambda *args: [launch._backward_held_group])
+
+
+needs_group_gpu = pytest.mark.skipif(
+    not (
+        ON_NVIDIA_GPU
+        and launch.gluon_kernels is not None
+        and launch._held_group_fits_device(torch.device("cuda"), GROUPED)
+    ),
+    reason="the grouped held-row backward needs a Hopper-class NVIDIA GPU with 196 KB of shared "
+    "memory a program and a Triton with Gluon",
+)
+
+
+@needs_group_gpu
+@pytest.mark.parametrize(
+    "shape, dtype",
+    [
+        ((300, GROUPED), torch.bfloat16),  # 4 programs a row, several rows a group
+        ((64, GROUPED), torch.float16),
+        ((3, 2 * GROUPED), torch.bfloat16),  # fewer rows than groups
+        ((40, 40960), torch.bfloat16),  # 3 slices, the last half outside the row
+        ((2, 5, 2**20), torch.bfloat16),  # 64 programs a row, leading dims
+    ],
+    ids=lambda p: "x".join(map(str, p)) if isinstance(p, tuple) else DTYPE_NAMES.get(p, str(p)),
+)
+def test_held_group_backward_matches_the_oracle(monkeypatch, shape, dtype):
+    _force_group(monkeypatch)
+    inputs = make_inputs(shape, dtype, DEVICE)
+    launch.take_launch_configs()
+    _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
+    assert "rmsnorm_bwd_held_group_kernel" in launch.take_launch_configs()
+
+
+@needs_group_gpu
+def test_held_group_backward_without_waiting(monkeypatch):
+    """No polls at all (SPIN_LIMIT 0): whichever programs find their partners not yet arrived
+    sum the row alone from global memory; the result still matches the oracle."""
+    _force_group(monkeypatch)
+    monkeypatch.setattr(launch, "HELD_GROUP_SPIN_LIMIT", 0)
+    inputs = make_inputs((300, GROUPED), torch.bfloat16, DEVICE)
+    _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
+
+
+@needs_group_gpu
+def test_held_group_backward_with_a_residual_and_strided_rows(monkeypatch):
+    _force_group(monkeypatch)
+    launch.take_launch_configs()
+    _check_residual((100, GROUPED), torch.bfloat16)
+    n = GROUPED - 64
+    wide = make_inputs((150, GROUPED), torch.float16, DEVICE)
+    _assert_matches_oracle(wide.x[:, :n], wide.weight[:n].contiguous(), wide.dy[:, :n])
+    assert "rmsnorm_bwd_held_group_kernel" in launch.take_launch_configs()

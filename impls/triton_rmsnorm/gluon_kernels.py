@@ -14,6 +14,8 @@ from .kernels import BF16X2_TO_FP32_PTX, FP16X2_TO_FP32_PTX
 #: cp.async from a tensor of pointers into a shared buffer: Triton 3.6 calls it
 #: async_copy_global_to_shared, later versions async_load (and raise on the old name).
 _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+#: A barrier of the program's threads: Triton 3.6 calls it thread_barrier, later versions barrier.
+_cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 
 
 @gluon.jit
@@ -107,6 +109,25 @@ def _stage_chunk(X_RING, DY_RING, slot, X, DY, stride_x_row, stride_dy_row, row,
 
 
 @gluon.jit
+def _staged_dot(X_RING, DY_RING, W_HELD, first_slot, col_start, chunk_cols, offset,
+                layout: gl.constexpr, N: gl.constexpr, CHUNK: gl.constexpr,
+                CHUNKS: gl.constexpr, RING: gl.constexpr, WAIT_BASE: gl.constexpr):  # fmt: skip
+    """The first pass over a row's staged chunks (columns col_start on, from ring slot
+    first_slot on): the sum of w * dy * x, chunk by chunk, waiting before chunk k until at most
+    WAIT_BASE - k later cp.async groups are pending."""
+    dot = 0.0
+    for k in gl.static_range(CHUNKS):
+        async_copy.wait_group(WAIT_BASE - k)
+        slot = (first_slot + k) % RING
+        cols = col_start + k * CHUNK + chunk_cols
+        w = W_HELD.index(k).load(layout).to(gl.float32) + offset
+        x = X_RING.index(slot).load(layout).to(gl.float32)
+        dy = DY_RING.index(slot).load(layout).to(gl.float32)
+        dot += gl.sum(gl.where(cols < N, w * dy * x, 0.0), axis=0)
+    return dot
+
+
+@gluon.jit
 def _backward_chunk(
     X_RING, DY_RING, slot, W_HELD, k, DX, DH_OUT, row, stride_dx_row, stride_dh_row, cols, rstd,
     mean_gx, offset, dw_acc, layout: gl.constexpr, N: gl.constexpr, HAS_DH_OUT: gl.constexpr,
@@ -177,15 +198,9 @@ def rmsnorm_bwd_held_row_kernel(
     for row in range(row_start, row_end):
         first_slot = ((row - row_start) * CHUNKS % RING).to(gl.int32)
         rstd = gl.load(RSTD + row)
-        dot = 0.0
-        for k in gl.static_range(CHUNKS):  # first pass: mean(g * x_hat)
-            async_copy.wait_group(RING - 1 - k)
-            slot = (first_slot + k) % RING
-            cols = k * CHUNK + chunk_cols
-            w = w_held.index(k).load(layout).to(gl.float32) + offset
-            x = x_ring.index(slot).load(layout).to(gl.float32)
-            dy = dy_ring.index(slot).load(layout).to(gl.float32)
-            dot += gl.sum(gl.where(cols < N, w * dy * x, 0.0), axis=0)
+        # first pass
+        dot = _staged_dot(x_ring, dy_ring, w_held, first_slot, 0, chunk_cols, offset,
+                          layout, N, CHUNK, CHUNKS, RING, RING - 1)  # fmt: skip
         mean_gx = dot * rstd / N
         for k in gl.static_range(CHUNKS):  # second pass: dx and dw, then restage the slot
             slot = (first_slot + k) % RING
@@ -212,3 +227,132 @@ def rmsnorm_bwd_held_row_kernel(
         gl.store(partial + 2 * CHUNK, dw_2, mask=2 * CHUNK + chunk_cols < N)
     if CHUNKS > 3:
         gl.store(partial + 3 * CHUNK, dw_3, mask=3 * CHUNK + chunk_cols < N)
+
+
+@gluon.jit
+def rmsnorm_bwd_held_group_kernel(
+    X, W, DY, RSTD, DX, DW_PARTIAL, DH_OUT, DOT, COUNT,
+    stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, M, rows_per_group, offset,
+    N: gl.constexpr,  # at most GROUP slices of CHUNKS * CHUNK columns
+    GROUP: gl.constexpr,  # programs a row: each owns one slice of its columns
+    GROUP_PADDED: gl.constexpr,  # GROUP's next power of two
+    CHUNK: gl.constexpr,
+    CHUNKS: gl.constexpr,  # chunks a slice: 2 (two rows' slices fit the ring)
+    RING: gl.constexpr,  # ring slots, at least 2 * CHUNKS
+    HAS_DH_OUT: gl.constexpr,
+    WARPS: gl.constexpr,
+    SPIN_LIMIT: gl.constexpr,  # polls of a row's count before a program sums the row alone
+):  # fmt: skip
+    """RMSNorm backward of 16-bit rows too wide for one SM, x and dy read from HBM once: GROUP
+    programs share each row, program `member` of its group owning columns [member * SLICE,
+    (member + 1) * SLICE), SLICE = CHUNKS * CHUNK, and doing on its slice what
+    rmsnorm_bwd_held_row_kernel does on a row (x and dy staged in a shared-memory ring, w's
+    slice staged once, the slice's dw accumulator in registers; a group walks a contiguous chunk
+    of rows, its dw partial row in DW_PARTIAL[group]).
+
+    mean(g * x_hat) needs the whole row: each program stores its slice's sum in
+    DOT[row * GROUP + member], then adds 1 to COUNT[row] (release; COUNT zeroed by the caller),
+    and before the row's second pass polls COUNT[row] (acquire) until the group has published,
+    then sums DOT's GROUP values in one fixed order, so every member gets the same bits. The
+    first pass runs one row ahead: a program publishes row j + 1 before it waits on row j (the
+    ring holds two rows' slices), so its partners have a pass's time to publish. The launch must
+    be cooperative (every program resident at once; launch.py). A program that polls SPIN_LIMIT
+    times without the group complete sums the whole row itself from global memory, in another
+    order: never stuck, correct, its mean possibly apart from its partners' in the last bits.
+
+    The sequence of staged chunks and its cp.async groups as in rmsnorm_bwd_held_row_kernel, the
+    first pass of row j + 1 waiting with RING - 1 - CHUNKS - k later groups allowed pending.
+    """
+    layout: gl.constexpr = gl.BlockedLayout([8], [32], [WARPS], [0])
+    parts_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
+    shared_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    gl.static_assert(CHUNKS == 2)
+    gl.static_assert(RING >= 2 * CHUNKS)
+    gl.static_assert(N <= GROUP * CHUNKS * CHUNK)
+    x_ring = gl.allocate_shared_memory(X.dtype.element_ty, [RING, CHUNK], shared_layout)
+    dy_ring = gl.allocate_shared_memory(DY.dtype.element_ty, [RING, CHUNK], shared_layout)
+    w_held = gl.allocate_shared_memory(W.dtype.element_ty, [CHUNKS, CHUNK], shared_layout)
+    chunk_cols = gl.arange(0, CHUNK, layout=layout)
+    pid = gl.program_id(0)
+    member = pid % GROUP
+    group = pid // GROUP
+    slice_start = member * (CHUNKS * CHUNK)
+    row_start = group.to(gl.int64) * rows_per_group
+    row_end = gl.minimum(row_start + rows_per_group, M)
+    for k in gl.static_range(CHUNKS):  # w's slice, once: one group, older than every chunk's
+        cols = slice_start + k * CHUNK + chunk_cols
+        _async_load(w_held.index(k), W + cols, mask=cols < N)
+    async_copy.commit_group()
+    for s in gl.static_range(RING):
+        _stage_chunk(x_ring, dy_ring, s, X, DY, stride_x_row, stride_dy_row,
+                     row_start + s // CHUNKS, row_end,
+                     slice_start + (s % CHUNKS) * CHUNK + chunk_cols, N)  # fmt: skip
+    # the first row's first pass
+    dot = _staged_dot(x_ring, dy_ring, w_held, 0, slice_start, chunk_cols, offset,
+                      layout, N, CHUNK, CHUNKS, RING, RING - 1)  # fmt: skip
+    _publish_dot(DOT, COUNT, row_start, member, dot, GROUP)  # every group has a row
+    dw_0 = gl.zeros([CHUNK], gl.float32, layout)
+    dw_1 = gl.zeros([CHUNK], gl.float32, layout)
+    part_ids = gl.arange(0, GROUP_PADDED, layout=parts_layout)
+    for row in range(row_start, row_end):
+        j = row - row_start
+        first_slot = (j * CHUNKS % RING).to(gl.int32)
+        next_slot = ((j + 1) * CHUNKS % RING).to(gl.int32)
+        dot = _staged_dot(x_ring, dy_ring, w_held, next_slot, slice_start, chunk_cols, offset,
+                          layout, N, CHUNK, CHUNKS, RING, RING - 1 - CHUNKS)  # fmt: skip
+        if row + 1 < row_end:
+            _publish_dot(DOT, COUNT, row + 1, member, dot, GROUP)
+        count = gl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
+        polls = 0
+        while (count < GROUP) & (polls < SPIN_LIMIT):
+            count = gl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
+            polls += 1
+        if count < GROUP:  # partners absent: the whole row from global memory
+            total = _row_dot_from_global(X, W, DY, row, stride_x_row, stride_dy_row, chunk_cols,
+                                         offset, layout, N, CHUNK)  # fmt: skip
+        else:
+            parts = gl.load(DOT + row * GROUP + part_ids, mask=part_ids < GROUP, other=0.0,
+                            volatile=True)  # fmt: skip
+            total = gl.sum(parts, axis=0)
+        rstd = gl.load(RSTD + row)
+        mean_gx = total * rstd / N
+        for k in gl.static_range(CHUNKS):  # second pass: dx and dw, then restage the slot
+            slot = (first_slot + k) % RING
+            cols = slice_start + k * CHUNK + chunk_cols
+            args = (x_ring, dy_ring, slot, w_held, k, DX, DH_OUT, row, stride_dx_row, stride_dh_row,
+                    cols, rstd, mean_gx, offset)  # fmt: skip
+            if k == 0:
+                dw_0 = _backward_chunk(*args, dw_0, layout, N, HAS_DH_OUT)
+            else:
+                dw_1 = _backward_chunk(*args, dw_1, layout, N, HAS_DH_OUT)
+            _stage_chunk(x_ring, dy_ring, slot, X, DY, stride_x_row, stride_dy_row,
+                         row + (k + RING) // CHUNKS, row_end,
+                         slice_start + ((k + RING) % CHUNKS) * CHUNK + chunk_cols, N)  # fmt: skip
+    async_copy.wait_group(0)
+    partial = DW_PARTIAL + group.to(gl.int64) * N + slice_start + chunk_cols
+    gl.store(partial, dw_0, mask=slice_start + chunk_cols < N)
+    gl.store(partial + CHUNK, dw_1, mask=slice_start + CHUNK + chunk_cols < N)
+
+
+@gluon.jit
+def _publish_dot(DOT, COUNT, row, member, dot, GROUP: gl.constexpr):
+    """This slice's sum for the row, then one more arrival on the row's count (release: the
+    barrier orders the store, made by another thread, before it)."""
+    gl.store(DOT + row * GROUP + member, dot)
+    _cta_barrier()
+    gl.atomic_add(COUNT + row, 1, sem="release", scope="gpu")
+
+
+@gluon.jit
+def _row_dot_from_global(X, W, DY, row, stride_x_row, stride_dy_row, chunk_cols, offset,
+                         layout: gl.constexpr, N: gl.constexpr, CHUNK: gl.constexpr):  # fmt: skip
+    """The whole row's sum of w * dy * x, read from global memory (the group's fallback)."""
+    dot = 0.0
+    for start in range(0, N, CHUNK):
+        cols = start + chunk_cols
+        mask = cols < N
+        w = gl.load(W + cols, mask=mask, other=0.0).to(gl.float32) + offset
+        x = gl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(gl.float32)
+        dy = gl.load(DY + row * stride_dy_row + cols, mask=mask, other=0.0).to(gl.float32)
+        dot += gl.sum(gl.where(mask, w * dy * x, 0.0), axis=0)
+    return dot

@@ -97,6 +97,20 @@ HELD_BACKWARD_CHUNK = 8192
 HELD_BACKWARD_MAX_CHUNKS = 4
 HELD_BACKWARD_MAX_N = HELD_BACKWARD_CHUNK * HELD_BACKWARD_MAX_CHUNKS
 HELD_BACKWARD_WARPS = (16, 32)
+#: The grouped held-row backward (gluon_kernels.rmsnorm_bwd_held_group_kernel), past
+#: HELD_BACKWARD_MAX_N: a group of programs shares each row, each holding a slice of
+#: HELD_GROUP_CHUNKS x HELD_BACKWARD_CHUNK columns as the held row holds a row, the slices' sums
+#: exchanged through global memory; HELD_GROUP_RING slots, HELD_GROUP_WARPS warps, a cooperative
+#: launch of at most one program per SM (measured at the first call with the wide path). On the
+#: H200 (bf16, 64-2048 rows of 65536-1048576 columns) it ran 1.12-1.20x the wide path, 54-70% of
+#: the copy (results/nvidia-h200/probes/2026-11-30-efadf974d067-backward-held-group-ab.txt).
+HELD_GROUP_CHUNKS = 2
+HELD_GROUP_SLICE = HELD_GROUP_CHUNKS * HELD_BACKWARD_CHUNK
+HELD_GROUP_RING = 5
+HELD_GROUP_WARPS = 8
+#: Polls of a row's arrivals before a program stops waiting and sums the row alone (never met
+#: in the probe's runs: a cooperative launch keeps every partner resident).
+HELD_GROUP_SPIN_LIMIT = 1 << 20
 #: Chunk width of the split kernels (wide rows, fewer of them than SMs): one program per
 #: (row, chunk).
 SPLIT_BLOCK_N = 16384
@@ -914,7 +928,8 @@ def rmsnorm_backward(
     added to dx, which is then also the residual's gradient.
 
     Allocates dx, dw, the [programs, N] fp32 partials (programs <= SM count) and, for wide rows,
-    one fp32 per row (and per 16384-wide chunk when rows are split); nothing else. dw is the
+    one fp32 per row (and per 16384-wide chunk when rows are split; per 16384-wide slice, and
+    one int32 per row, when a group of programs holds each row); nothing else. dw is the
     partials' fp32 sum in a fixed order, rounded once.
     """
     offset = float(offset)
@@ -962,6 +977,8 @@ def _backward_paths(x, dy, weight, dh_out) -> list:
         return [_backward_single_tile]
     if backward_holds_row_on_chip(x, dy, weight, dh_out):
         return [_backward_wide, *_HELD_ROW_BACKWARDS]
+    if backward_holds_row_in_group(x, dy, weight, dh_out):
+        return [_backward_wide, _backward_held_group]
     return [_backward_wide]
 
 
@@ -1113,22 +1130,43 @@ def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool, dw
 
 def backward_holds_row_on_chip(x, dy, weight, dh_out) -> bool:
     """Whether the held-row backward can serve these tensors: rows of
-    BACKWARD_SINGLE_TILE_MAX_N < N <= HELD_BACKWARD_MAX_N, x, dy and w in 16-bit dtypes, N a
-    multiple of 16, x, dy, w, dh_out at 16-byte addresses with row strides that divide by 16
-    elements (the copies move 16-byte vectors, and Triton marks an integer divisible by 16 or
-    not at all), Gluon present, a Hopper-class NVIDIA GPU with the shared memory its ring
+    BACKWARD_SINGLE_TILE_MAX_N < N <= HELD_BACKWARD_MAX_N that it can stage
+    (_held_backward_can_stage), on a Hopper-class NVIDIA GPU with the shared memory its ring
     needs (_held_row_backward_fits_device)."""
     n = x.shape[1]
-    rows = (x, dy) if dh_out is None else (x, dy, dh_out)
     return (
         BACKWARD_SINGLE_TILE_MAX_N < n <= HELD_BACKWARD_MAX_N
-        and gluon_kernels is not None
+        and _held_backward_can_stage(x, dy, weight, dh_out)
+        and _held_row_backward_fits_device(x.device, n)
+    )
+
+
+def backward_holds_row_in_group(x, dy, weight, dh_out) -> bool:
+    """Whether the grouped held-row backward can serve these tensors: rows wider than
+    HELD_BACKWARD_MAX_N whose slices (HELD_GROUP_SLICE columns each) are no more than the SMs,
+    that it can stage (_held_backward_can_stage), on a Hopper-class NVIDIA GPU with the shared
+    memory of its ring and that can launch cooperatively (_held_group_fits_device)."""
+    n = x.shape[1]
+    return (
+        n > HELD_BACKWARD_MAX_N
+        and _held_backward_can_stage(x, dy, weight, dh_out)
+        and _held_group_fits_device(x.device, n)
+    )
+
+
+def _held_backward_can_stage(x, dy, weight, dh_out) -> bool:
+    """The held backwards' conditions on the tensors: x, dy and w in 16-bit dtypes, N a multiple
+    of 16, x, dy, w, dh_out at 16-byte addresses with row strides that divide by 16 elements
+    (the copies move 16-byte vectors, and Triton marks an integer divisible by 16 or not at
+    all); Gluon present, inline PTX runnable (an NVIDIA GPU, not the interpreter)."""
+    rows = (x, dy) if dh_out is None else (x, dy, dh_out)
+    return (
+        gluon_kernels is not None
         and all(t.dtype in (torch.float16, torch.bfloat16) for t in (x, dy, weight))
-        and n % 16 == 0
+        and x.shape[1] % 16 == 0
         and all(t.data_ptr() % 16 == 0 for t in (*rows, weight))
         and all(t.stride(0) % 16 == 0 for t in rows)
         and _inline_ptx_runs()
-        and _held_row_backward_fits_device(x.device, n)
     )
 
 
@@ -1153,6 +1191,47 @@ def _held_backward_ring(n: int, device: torch.device) -> int:
     )
     ring = free // (HELD_BACKWARD_CHUNK * 4)
     return ring if ring >= chunks else 0
+
+
+def _held_group_fits_device(device: torch.device, n: int) -> bool:
+    """A CUDA device of compute capability 9.0 or later (measured on the H200 only; every such
+    device launches cooperatively) with an SM for every slice of a row, that gives a program the
+    shared memory of the ring and w's slice."""
+    if device.type != "cuda":
+        return False
+    index = device.index or 0
+    staged = (HELD_GROUP_RING * 4 + HELD_GROUP_CHUNKS * 2) * HELD_BACKWARD_CHUNK
+    return (
+        torch.cuda.get_device_capability(index) >= (9, 0)
+        and cdiv(n, HELD_GROUP_SLICE) <= _sm_count(index)
+        and _shared_bytes_per_block(index) >= staged + HELD_ROW_SCRATCH_BYTES
+    )
+
+
+def _backward_held_group(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw) -> None:
+    """Rows shared by a group of programs (backward_holds_row_in_group says when): as many
+    groups as fit one program per SM, each walking a contiguous chunk of rows; a fixed
+    configuration. Allocates, beside the partials, one fp32 per (row, slice) and one int32 per
+    row (the exchange)."""
+    m, n = x.shape
+    group = cdiv(n, HELD_GROUP_SLICE)
+    groups = max(1, min(m, _programs_cap(x.device) // group))
+    rows_per_group = cdiv(m, groups)
+    groups = cdiv(m, rows_per_group)
+    dw_partial = torch.empty((groups, n), dtype=torch.float32, device=x.device)
+    dots = torch.empty((m * group,), dtype=torch.float32, device=x.device)
+    arrivals = torch.zeros((m,), dtype=torch.int32, device=x.device)
+    config = {"GROUP": group, "GROUP_PADDED": next_power_of_2(group),
+              "CHUNK": HELD_BACKWARD_CHUNK, "CHUNKS": HELD_GROUP_CHUNKS, "RING": HELD_GROUP_RING,
+              "WARPS": HELD_GROUP_WARPS}  # fmt: skip
+    meta = {"N": n, **config, "HAS_DH_OUT": has_dh_out, "SPIN_LIMIT": HELD_GROUP_SPIN_LIMIT,
+            "num_warps": HELD_GROUP_WARPS, "launch_cooperative_grid": True}  # fmt: skip
+    args = (x, weight, dy, rstd, dx, dw_partial, dh_arg, dots, arrivals, x.stride(0),
+            dy.stride(0), dx.stride(0), dh_arg.stride(0), m, rows_per_group, offset)  # fmt: skip
+    direct.launch(gluon_kernels.rmsnorm_bwd_held_group_kernel, (groups * group,), args, meta,
+                  x.get_device())  # fmt: skip
+    _LAUNCHED["rmsnorm_bwd_held_group_kernel"] = {**config, "num_warps": HELD_GROUP_WARPS}
+    _reduce_partials(dw_partial, dw)
 
 
 def _backward_held_row(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw, *, warps: int):
