@@ -27,6 +27,9 @@ import sys
 
 #: Text only _upcast_opaque's inline PTX puts in the PTX: LLVM writes the mask of its own bf16
 #: conversions in decimal, and names no register lo or hi.
+#: Shared memory a program may ask for on the H100 and H200.
+HOPPER_SHARED_BYTES = 232448
+
 MARKERS = {"bf16": "0xFFFF0000", "fp16": "mov.b32 {lo, hi}"}
 
 
@@ -87,9 +90,7 @@ def _compile_held_row_backward_ptx(case: dict) -> str:
     pointer_types = {"X": x, "W": x, "DY": x, "RSTD": "fp32", "DX": x, "DW_PARTIAL": "fp32",
                      "DH_OUT": x}  # fmt: skip
     chunks = launch.cdiv(n, launch.HELD_BACKWARD_CHUNK)
-    ring = (232448 - chunks * launch.HELD_BACKWARD_CHUNK * 2 - launch.HELD_ROW_SCRATCH_BYTES) // (
-        launch.HELD_BACKWARD_CHUNK * 4
-    )
+    ring = launch.held_backward_ring_slots(n, HOPPER_SHARED_BYTES)
     constexprs = {"N": n, "CHUNK": launch.HELD_BACKWARD_CHUNK, "CHUNKS": chunks, "RING": ring,
                   "HAS_DH_OUT": case["extra"], "WARPS": case["warps"]}  # fmt: skip
     strides = ("stride_x_row", "stride_dy_row", "stride_dx_row", "stride_dh_row")

@@ -58,6 +58,14 @@ def test_launch_offers_it_for_aligned_16_bit_rows_past_the_single_tile(monkeypat
     assert not offered(WIDEST - 64, width=WIDEST - 8)
     assert not offered(WIDEST - 64, width=WIDEST, start=4)  # x 8 bytes off a 16-byte line
     assert not offered(WIDEST, dh=torch.zeros(2, WIDEST + 8)[:, :WIDEST])
+    x = torch.zeros(2, WIDEST, dtype=bf16)
+    w = torch.zeros(WIDEST, dtype=bf16)
+    off_line = torch.zeros(2 * WIDEST + 4, dtype=bf16)[4:]  # 8 bytes off a 16-byte line
+    assert not launch.backward_holds_row_on_chip(x, x, off_line[:WIDEST], None)  # w
+    assert not launch.backward_holds_row_on_chip(x, off_line.view(2, WIDEST), w, None)  # dy
+    dy_rows_8_apart = torch.zeros(2, WIDEST + 8, dtype=bf16)[:, :WIDEST]
+    assert not launch.backward_holds_row_on_chip(x, dy_rows_8_apart, w, None)
+    assert launch.backward_holds_row_on_chip(x, x, w, None)
     monkeypatch.setattr(launch, "gluon_kernels", None)
     assert not offered(WIDEST)
 
@@ -152,7 +160,7 @@ def _force_held(monkeypatch, warps_index: int) -> None:
         ((5, WIDEST), torch.bfloat16, 0),  # fewer rows than SMs
         ((200, NARROWEST), torch.bfloat16, 0),  # 3 chunks, the last 16 columns of the row
         ((2, 140, 24576), torch.float16, 0),  # leading dims flattened, 3 whole chunks
-        ((1000, 20480), torch.bfloat16, 1),  # 8 rows a program and a partial last one
+        ((1001, 20480), torch.bfloat16, 1),  # 8 rows a program, the last with 1 on 132 SMs
     ],
     ids=lambda p: "x".join(map(str, p)) if isinstance(p, tuple) else DTYPE_NAMES.get(p, str(p)),
 )
@@ -178,10 +186,24 @@ def test_held_row_backward_with_strided_rows_and_mixed_16_bit_dtypes(monkeypatch
 
 
 @needs_held_row_gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_held_row_backward_with_a_residual(monkeypatch, dtype):
+@pytest.mark.parametrize("warps_index", [0, 1], ids=["16 warps", "32 warps"])
+def test_held_row_backward_with_gemmas_offset(monkeypatch, warps_index):
+    """w + 1 (Gemma's offset), added to w in both passes."""
+    _force_held(monkeypatch, warps_index)
+    inputs = make_inputs((300, WIDEST), torch.bfloat16, DEVICE)
+    w = (0.1 * torch.randn(WIDEST)).to(DEVICE, torch.bfloat16)
+    _assert_matches_oracle(inputs.x, w, inputs.dy, offset=1.0)
+
+
+@needs_held_row_gpu
+@pytest.mark.parametrize(
+    "dtype, warps_index",
+    [(torch.bfloat16, 0), (torch.float16, 0), (torch.bfloat16, 1)],
+    ids=["bf16", "fp16", "bf16, 32 warps"],
+)
+def test_held_row_backward_with_a_residual(monkeypatch, dtype, warps_index):
     """The residual's gradient dh_out added to dx (HAS_DH_OUT): h, y, dx, dr, dw."""
-    _force_held(monkeypatch, 0)
+    _force_held(monkeypatch, warps_index)
     launch.take_launch_configs()
     _check_residual((150, WIDEST), dtype)
     assert "rmsnorm_bwd_held_row_kernel" in launch.take_launch_configs()
@@ -189,7 +211,8 @@ def test_held_row_backward_with_a_residual(monkeypatch, dtype):
 
 @needs_held_row_gpu
 def test_held_row_backward_fp32_weight_takes_the_wide_path():
-    """w in fp32 does not fit the shared memory beside the ring: the wide path serves it."""
+    """w is staged as 16-bit (an fp32 w would leave too few ring slots at 32768 columns): the
+    wide path serves an fp32 w."""
     inputs = make_inputs((300, WIDEST), torch.bfloat16, DEVICE)
     launch.take_launch_configs()
     _assert_matches_oracle(inputs.x, inputs.weight.float(), inputs.dy)
@@ -315,3 +338,49 @@ def test_held_group_backward_with_a_residual_and_strided_rows(monkeypatch):
     wide = make_inputs((150, GROUPED), torch.float16, DEVICE)
     _assert_matches_oracle(wide.x[:, :n], wide.weight[:n].contiguous(), wide.dy[:, :n])
     assert "rmsnorm_bwd_held_group_kernel" in launch.take_launch_configs()
+
+
+@needs_held_row_gpu
+def test_the_measured_choice_is_remembered_and_captured():
+    """Unforced: the first call measures the wide path and the held row at 16 and 32 warps (the
+    tuner's CUDA graphs of the Gluon launches), later calls reuse the choice, and a CUDA graph
+    captured after that replays it against the oracle."""
+    inputs = make_inputs((1024, WIDEST), torch.bfloat16, DEVICE)
+    launch._MEASURED_PATH.clear()
+    _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
+    chosen = [path for key, path in launch._MEASURED_PATH.items() if key[0] == "bwd"]
+    assert len(chosen) == 1 and chosen[0] in (launch._backward_wide, *launch._HELD_ROW_BACKWARDS)
+    _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
+    assert [p for k, p in launch._MEASURED_PATH.items() if k[0] == "bwd"] == chosen
+
+    x = inputs.x.detach().requires_grad_(True)
+    w = inputs.weight.detach().requires_grad_(True)
+    graph = torch.cuda.CUDAGraph()
+    from impls.triton_rmsnorm import rmsnorm
+
+    static = {}
+    with torch.cuda.graph(graph):
+        y = rmsnorm(x, w, 1e-5)
+        static["dx"], static["dw"] = torch.autograd.grad(y, (x, w), inputs.dy)
+    graph.replay()
+    torch.cuda.synchronize()
+    y_eager = rmsnorm(x, w, 1e-5)
+    dx, dw = torch.autograd.grad(y_eager, (x, w), inputs.dy)
+    assert torch.equal(static["dx"], dx) and torch.equal(static["dw"], dw)
+
+
+def test_an_optional_path_that_fails_is_left_out(monkeypatch):
+    """A path after the default that raises at its first call (a kernel that does not compile on
+    this GPU) is dropped with a warning; the default keeps the call."""
+    ran = []
+
+    def default(*args):
+        ran.append("default")
+
+    def broken(*args):
+        raise RuntimeError("PassManager::run failed")
+
+    monkeypatch.setattr(launch.tuning, "fastest", lambda paths, launch_fn, args: paths[0])
+    with pytest.warns(RuntimeWarning, match="broken path failed at its first call"):
+        assert launch._fastest([default, broken], ()) is default
+    assert ran == ["default"]

@@ -174,7 +174,6 @@ def test_forward_launch_asks_for_it_at_wide_16_bit_tiles_on_nvidia_gpus_only(mon
 
     launched = []
     monkeypatch.setattr(launch, "_launch", lambda name, grid, *args, **kw: launched.append(kw))
-    monkeypatch.setattr(launch, "_reduce_partials", lambda partial, dw: None)
     for n, dtype in (
         (FORWARD_FROM // 2, bf16),
         (FORWARD_FROM // 2 + 1, bf16),

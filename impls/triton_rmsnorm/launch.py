@@ -24,7 +24,9 @@ On a CUDA device the kernels are autotuned per N over num_warps x num_stages wit
 software-pipelined tile loop), each candidate timed by device-only time (tuning.py), as the
 harness ranks backends.
 Under the Triton interpreter (TRITON_INTERPRET=1, CPU tensors) autotuning cannot time anything,
-so a fixed configuration is used: the kernel code is the same.
+so a fixed configuration is used: the kernel code is the same. With autotuning off
+(RMSNORM_TRITON_AUTOTUNE=0) nothing is measured: where several paths could serve a call, the
+default (the first of _forward_paths and _backward_paths) runs, so the held rows never do.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import functools
 import math
 import os
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -751,10 +754,30 @@ _MEASURED_PATH: dict[tuple, object] = {}
 
 def _fastest(paths: list, args: tuple):
     """The path with the least device time on these arguments (tuning.py), each already tuned
-    (its first call tunes its kernels). Paths write the same outputs from the same inputs."""
-    for path in paths:
-        path(*args)
-    return tuning.fastest(paths, lambda path, launch_args: path(*launch_args), args)
+    (its first call tunes its kernels). Paths write the same outputs from the same inputs. The
+    default path (the first) must run; another that fails at its first call (a kernel that does
+    not compile on this GPU, say) is left out with a warning, and the default keeps the call."""
+    paths[0](*args)
+    runnable = [paths[0]]
+    for path in paths[1:]:
+        try:
+            path(*args)
+        except Exception as error:  # an optional path never takes the call down
+            warnings.warn(
+                f"rmsnorm: the {_path_name(path)} path failed at its first call and is left out "
+                f"({type(error).__name__}: {str(error)[:200]})",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        else:
+            runnable.append(path)
+    return tuning.fastest(runnable, lambda path, launch_args: path(*launch_args), args)
+
+
+def _path_name(path) -> str:
+    function = getattr(path, "func", path)  # functools.partial: its function and keywords
+    keywords = getattr(path, "keywords", {})
+    return function.__name__ + "".join(f", {k}={v}" for k, v in keywords.items())
 
 
 def _measured_path(key: tuple, paths: list, args: tuple, device: torch.device):
@@ -1180,15 +1203,15 @@ def _held_row_backward_fits_device(device: torch.device, n: int) -> bool:
 
 
 def _held_backward_ring(n: int, device: torch.device) -> int:
-    """Ring slots of the held-row backward: as many as the device's shared memory takes
-    beside w (a 16-bit chunk each of x and dy a slot), at least a row's chunks; 0 if even
-    those do not fit."""
+    """held_backward_ring_slots for the device's shared memory a program."""
+    return held_backward_ring_slots(n, _shared_bytes_per_block(device.index or 0))
+
+
+def held_backward_ring_slots(n: int, shared_bytes: int) -> int:
+    """Ring slots of the held-row backward: as many as shared_bytes take beside w (a 16-bit
+    chunk each of x and dy a slot), at least a row's chunks; 0 if even those do not fit."""
     chunks = cdiv(n, HELD_BACKWARD_CHUNK)
-    free = (
-        _shared_bytes_per_block(device.index or 0)
-        - chunks * HELD_BACKWARD_CHUNK * 2
-        - HELD_ROW_SCRATCH_BYTES
-    )
+    free = shared_bytes - chunks * HELD_BACKWARD_CHUNK * 2 - HELD_ROW_SCRATCH_BYTES
     ring = free // (HELD_BACKWARD_CHUNK * 4)
     return ring if ring >= chunks else 0
 
