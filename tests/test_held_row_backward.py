@@ -341,10 +341,11 @@ def test_held_group_backward_with_a_residual_and_strided_rows(monkeypatch):
 
 
 @needs_held_row_gpu
-def test_the_measured_choice_is_remembered_and_captured():
-    """Unforced: the first call measures the wide path and the held row at 16 and 32 warps (the
-    tuner's CUDA graphs of the Gluon launches), later calls reuse the choice, and a CUDA graph
-    captured after that replays it against the oracle."""
+def test_the_measured_choice_is_remembered_and_captured(monkeypatch):
+    """Autotuned and unforced: the first call measures the wide path and the held row at 16 and
+    32 warps (the tuner's CUDA graphs of the Gluon launches), later calls reuse the choice, and
+    a CUDA graph captured after that gives the same gradients as an eager call."""
+    monkeypatch.setattr(launch, "_AUTOTUNE", True)
     inputs = make_inputs((1024, WIDEST), torch.bfloat16, DEVICE)
     launch._MEASURED_PATH.clear()
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
