@@ -129,14 +129,36 @@ def test_strided_weight():
     _assert_matches_oracle(inputs.x, w, inputs.dy)
 
 
+def _held_backward(name):
+    """The held backward paths by name (launch builds them at import)."""
+    from impls.triton_rmsnorm import launch
+
+    return {"held-row": launch._HELD_ROW_BACKWARDS[0], "held-group": launch._backward_held_group}[
+        name
+    ]
+
+
 @pytest.mark.skipif(DEVICE != "cuda", reason="measures the CUDA caching allocator's peak")
 @pytest.mark.parametrize(
-    "shape",
-    [(8192, 4096), (64, 131072), (512, 131072)],
-    ids=["single-tile", "wide-split", "wide-columns"],
-)
-def test_backward_allocates_only_dx_and_the_dw_partials(shape):
-    """Issue target: the backward allocates dx, <= SMs x N fp32 partials, O(N + M) besides."""
+    "shape, forced",
+    [((8192, 4096), None), ((64, 131072), None), ((512, 131072), None),
+     ((2048, 32768), "held-row"), ((512, 131072), "held-group")],
+    ids=["single-tile", "wide-split", "wide-columns", "held-row", "held-group"],
+)  # fmt: skip
+def test_backward_allocates_only_dx_and_the_dw_partials(monkeypatch, shape, forced):
+    """Issue target: the backward allocates dx, <= SMs x N fp32 partials, O(N + M) besides (the
+    held paths forced where this GPU runs them: the tests run with autotuning off, which keeps
+    the default path)."""
+    from impls.triton_rmsnorm import launch
+
+    if forced is not None:
+        x = torch.empty(shape, dtype=torch.bfloat16, device=DEVICE)
+        offered = {"held-row": launch.backward_holds_row_on_chip,
+                   "held-group": launch.backward_holds_row_in_group}[forced]  # fmt: skip
+        if not offered(x, x, x[0], None):
+            pytest.skip(f"the {forced} backward does not run on this device")
+        path = _held_backward(forced)
+        monkeypatch.setattr(launch, "_backward_paths", lambda *args: [path])
     m, n = shape
     inputs = make_inputs(shape, torch.bfloat16, DEVICE)
     x = inputs.x.detach().requires_grad_(True)
