@@ -146,6 +146,26 @@ def _backward_chunk(
 
 
 @gluon.jit
+def _second_pass_chunk(
+    X_RING, DY_RING, W_HELD, k, first_slot, X, DY, DX, DH_OUT, row, row_end, stride_x_row,
+    stride_dy_row, stride_dx_row, stride_dh_row, col_start, chunk_cols, rstd, mean_gx, offset,
+    dw_acc, layout: gl.constexpr, N: gl.constexpr, CHUNK: gl.constexpr, CHUNKS: gl.constexpr,
+    RING: gl.constexpr, HAS_DH_OUT: gl.constexpr,
+):  # fmt: skip
+    """The second pass over chunk k of a row's staged chunks (columns col_start on): dx and dw
+    (_backward_chunk, dw_acc returned), then its slot restaged with the chunk RING places later
+    in the sequence (chunk (k + RING) % CHUNKS of the row (k + RING) // CHUNKS rows on)."""
+    slot = (first_slot + k) % RING
+    dw_acc = _backward_chunk(X_RING, DY_RING, slot, W_HELD, k, DX, DH_OUT, row, stride_dx_row,
+                             stride_dh_row, col_start + k * CHUNK + chunk_cols, rstd, mean_gx,
+                             offset, dw_acc, layout, N, HAS_DH_OUT)  # fmt: skip
+    _stage_chunk(X_RING, DY_RING, slot, X, DY, stride_x_row, stride_dy_row,
+                 row + (k + RING) // CHUNKS, row_end,
+                 col_start + ((k + RING) % CHUNKS) * CHUNK + chunk_cols, N)  # fmt: skip
+    return dw_acc
+
+
+@gluon.jit
 def rmsnorm_bwd_held_row_kernel(
     X, W, DY, RSTD, DX, DW_PARTIAL, DH_OUT,
     stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, M, rows_per_program, offset,
@@ -203,21 +223,17 @@ def rmsnorm_bwd_held_row_kernel(
                           layout, N, CHUNK, CHUNKS, RING, RING - 1)  # fmt: skip
         mean_gx = dot * rstd / N
         for k in gl.static_range(CHUNKS):  # second pass: dx and dw, then restage the slot
-            slot = (first_slot + k) % RING
-            cols = k * CHUNK + chunk_cols
-            args = (x_ring, dy_ring, slot, w_held, k, DX, DH_OUT, row, stride_dx_row, stride_dh_row,
-                    cols, rstd, mean_gx, offset)  # fmt: skip
+            args = (x_ring, dy_ring, w_held, k, first_slot, X, DY, DX, DH_OUT, row, row_end,
+                    stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, 0, chunk_cols,
+                    rstd, mean_gx, offset)  # fmt: skip
             if k == 0:
-                dw_0 = _backward_chunk(*args, dw_0, layout, N, HAS_DH_OUT)
+                dw_0 = _second_pass_chunk(*args, dw_0, layout, N, CHUNK, CHUNKS, RING, HAS_DH_OUT)
             elif k == 1:
-                dw_1 = _backward_chunk(*args, dw_1, layout, N, HAS_DH_OUT)
+                dw_1 = _second_pass_chunk(*args, dw_1, layout, N, CHUNK, CHUNKS, RING, HAS_DH_OUT)
             elif k == 2:
-                dw_2 = _backward_chunk(*args, dw_2, layout, N, HAS_DH_OUT)
+                dw_2 = _second_pass_chunk(*args, dw_2, layout, N, CHUNK, CHUNKS, RING, HAS_DH_OUT)
             else:
-                dw_3 = _backward_chunk(*args, dw_3, layout, N, HAS_DH_OUT)
-            _stage_chunk(x_ring, dy_ring, slot, X, DY, stride_x_row, stride_dy_row,
-                         row + (k + RING) // CHUNKS, row_end,
-                         ((k + RING) % CHUNKS) * CHUNK + chunk_cols, N)  # fmt: skip
+                dw_3 = _second_pass_chunk(*args, dw_3, layout, N, CHUNK, CHUNKS, RING, HAS_DH_OUT)
     async_copy.wait_group(0)  # the last (masked) copies land before the program ends
     partial = DW_PARTIAL + pid.to(gl.int64) * N + chunk_cols
     gl.store(partial, dw_0, mask=chunk_cols < N)
@@ -317,17 +333,13 @@ def rmsnorm_bwd_held_group_kernel(
         rstd = gl.load(RSTD + row)
         mean_gx = total * rstd / N
         for k in gl.static_range(CHUNKS):  # second pass: dx and dw, then restage the slot
-            slot = (first_slot + k) % RING
-            cols = slice_start + k * CHUNK + chunk_cols
-            args = (x_ring, dy_ring, slot, w_held, k, DX, DH_OUT, row, stride_dx_row, stride_dh_row,
-                    cols, rstd, mean_gx, offset)  # fmt: skip
+            args = (x_ring, dy_ring, w_held, k, first_slot, X, DY, DX, DH_OUT, row, row_end,
+                    stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, slice_start,
+                    chunk_cols, rstd, mean_gx, offset)  # fmt: skip
             if k == 0:
-                dw_0 = _backward_chunk(*args, dw_0, layout, N, HAS_DH_OUT)
+                dw_0 = _second_pass_chunk(*args, dw_0, layout, N, CHUNK, CHUNKS, RING, HAS_DH_OUT)
             else:
-                dw_1 = _backward_chunk(*args, dw_1, layout, N, HAS_DH_OUT)
-            _stage_chunk(x_ring, dy_ring, slot, X, DY, stride_x_row, stride_dy_row,
-                         row + (k + RING) // CHUNKS, row_end,
-                         slice_start + ((k + RING) % CHUNKS) * CHUNK + chunk_cols, N)  # fmt: skip
+                dw_1 = _second_pass_chunk(*args, dw_1, layout, N, CHUNK, CHUNKS, RING, HAS_DH_OUT)
     async_copy.wait_group(0)
     partial = DW_PARTIAL + group.to(gl.int64) * N + slice_start + chunk_cols
     gl.store(partial, dw_0, mask=slice_start + chunk_cols < N)
