@@ -308,6 +308,9 @@ needs_group_gpu = pytest.mark.skipif(
         ((3, 2 * GROUPED), torch.bfloat16),  # fewer rows than groups
         ((40, 40960), torch.bfloat16),  # 3 slices, the last half outside the row
         ((2, 5, 2**20), torch.bfloat16),  # 64 programs a row, leading dims
+        ((2, 66 * launch.HELD_GROUP_SLICE), torch.bfloat16),  # 2 x 66 programs: every SM
+        ((1, GROUPED), torch.float16),  # one row
+        ((50, WIDEST + 16), torch.bfloat16),  # the second slice holds 16 columns
     ],
     ids=lambda p: "x".join(map(str, p)) if isinstance(p, tuple) else DTYPE_NAMES.get(p, str(p)),
 )
@@ -320,13 +323,40 @@ def test_held_group_backward_matches_the_oracle(monkeypatch, shape, dtype):
 
 
 @needs_group_gpu
-def test_held_group_backward_without_waiting(monkeypatch):
-    """No polls at all (SPIN_LIMIT 0): whichever programs find their partners not yet arrived
-    sum the row alone from global memory; the result still matches the oracle."""
+@pytest.mark.parametrize("spin_limit", [0, 8], ids=["no polls", "8 polls"])
+def test_held_group_backward_falls_back_on_every_row(monkeypatch, spin_limit):
+    """Arrival counts that start far below zero never complete a group: every program, after
+    its polls are spent (all its rows together), sums every row alone from global memory and
+    still publishes its own sums; the result matches the oracle, and the counts show every
+    program's arrival on every row."""
     _force_group(monkeypatch)
-    monkeypatch.setattr(launch, "HELD_GROUP_SPIN_LIMIT", 0)
+    monkeypatch.setattr(launch, "HELD_GROUP_SPIN_LIMIT", spin_limit)
+    start = -(2**30)
+    monkeypatch.setattr(launch, "HELD_GROUP_ARRIVALS_START", start)
+    filled = []
+    full = torch.full
+
+    def recording_full(size, value, **kwargs):
+        out = full(size, value, **kwargs)
+        if value == start:
+            filled.append(out)
+        return out
+
+    monkeypatch.setattr(torch, "full", recording_full)
     inputs = make_inputs((300, GROUPED), torch.bfloat16, DEVICE)
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
+    group = launch.cdiv(GROUPED, launch.HELD_GROUP_SLICE)
+    assert len(filled) == 1 and torch.equal(filled[0], torch.full_like(filled[0], start + group))
+
+
+@needs_group_gpu
+def test_held_group_backward_with_mixed_16_bit_dtypes(monkeypatch):
+    """An fp16 dy with bf16 x and w, staged each in its own dtype."""
+    _force_group(monkeypatch)
+    inputs = make_inputs((200, GROUPED), torch.bfloat16, DEVICE)
+    launch.take_launch_configs()
+    _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy.half())
+    assert "rmsnorm_bwd_held_group_kernel" in launch.take_launch_configs()
 
 
 @needs_group_gpu
@@ -381,7 +411,13 @@ def test_an_optional_path_that_fails_is_left_out(monkeypatch):
     def broken(*args):
         raise RuntimeError("PassManager::run failed")
 
-    monkeypatch.setattr(launch.tuning, "fastest", lambda paths, launch_fn, args: paths[0])
+    measured = []
+
+    def fastest(paths, launch_fn, args):
+        measured.append(list(paths))
+        return paths[0]
+
+    monkeypatch.setattr(launch.tuning, "fastest", fastest)
     with pytest.warns(RuntimeWarning, match="broken path failed at its first call"):
         assert launch._fastest([default, broken], ()) is default
-    assert ran == ["default"]
+    assert ran == ["default"] and measured == [[default]]

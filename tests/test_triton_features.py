@@ -164,6 +164,7 @@ def test_backward_allocates_only_dx_and_the_dw_partials(monkeypatch, shape, forc
     x = inputs.x.detach().requires_grad_(True)
     w = inputs.weight.detach().requires_grad_(True)
     y = rmsnorm(x, w, 1e-5)
+    launch.take_launch_configs()
     dy = inputs.dy
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
@@ -177,6 +178,10 @@ def test_backward_allocates_only_dx_and_the_dw_partials(monkeypatch, shape, forc
     allowed = dx.numel() * dx.element_size() + sms * n * 4 + 4 * (m + n) * 4
     allowed += 4 * (2 << 20)
     assert extra <= allowed, f"backward peak {extra} bytes > {allowed}"
+    if forced is not None:
+        kernel = {"held-row": "rmsnorm_bwd_held_row_kernel",
+                  "held-group": "rmsnorm_bwd_held_group_kernel"}[forced]  # fmt: skip
+        assert kernel in launch.take_launch_configs()
 
 
 #: shape -> the tuned kernels it launches when every launch takes 4 programs at most (so that the

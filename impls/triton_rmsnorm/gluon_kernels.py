@@ -257,7 +257,7 @@ def rmsnorm_bwd_held_group_kernel(
     RING: gl.constexpr,  # ring slots, at least 2 * CHUNKS
     HAS_DH_OUT: gl.constexpr,
     WARPS: gl.constexpr,
-    SPIN_LIMIT: gl.constexpr,  # polls of a row's count before a program sums the row alone
+    SPIN_LIMIT: gl.constexpr,  # a program's polls, all rows together (then it sums rows alone)
 ):  # fmt: skip
     """RMSNorm backward of 16-bit rows too wide for one SM, x and dy read from HBM once: GROUP
     programs share each row, program `member` of its group owning columns [member * SLICE,
@@ -272,9 +272,11 @@ def rmsnorm_bwd_held_group_kernel(
     then sums DOT's GROUP values in one fixed order, so every member gets the same bits. The
     first pass runs one row ahead: a program publishes row j + 1 before it waits on row j (the
     ring holds two rows' slices), so its partners have a pass's time to publish. The launch must
-    be cooperative (every program resident at once; launch.py). A program that polls SPIN_LIMIT
-    times without the group complete sums the whole row itself from global memory, in another
-    order: never stuck, correct, its mean possibly apart from its partners' in the last bits.
+    be cooperative (every program resident at once; launch.py). A program has SPIN_LIMIT polls
+    for all its rows; a row whose group it finds incomplete once they are spent it sums whole
+    from global memory, in another order: never stuck for long, correct, its mean possibly apart
+    from its partners' in the last bits. Its own sums it publishes all the same, so its partners
+    never wait on it.
 
     The sequence of staged chunks and its cp.async groups as in rmsnorm_bwd_held_row_kernel, the
     first pass of row j + 1 waiting with RING - 1 - CHUNKS - k later groups allowed pending.
@@ -310,6 +312,7 @@ def rmsnorm_bwd_held_group_kernel(
     dw_0 = gl.zeros([CHUNK], gl.float32, layout)
     dw_1 = gl.zeros([CHUNK], gl.float32, layout)
     part_ids = gl.arange(0, GROUP_PADDED, layout=parts_layout)
+    polls = 0  # over all of the program's rows: once spent, no row waits again
     for row in range(row_start, row_end):
         j = row - row_start
         first_slot = (j * CHUNKS % RING).to(gl.int32)
@@ -319,7 +322,6 @@ def rmsnorm_bwd_held_group_kernel(
         if row + 1 < row_end:
             _publish_dot(DOT, COUNT, row + 1, member, dot, GROUP)
         count = gl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
-        polls = 0
         while (count < GROUP) & (polls < SPIN_LIMIT):
             count = gl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
             polls += 1
@@ -348,8 +350,9 @@ def rmsnorm_bwd_held_group_kernel(
 
 @gluon.jit
 def _publish_dot(DOT, COUNT, row, member, dot, GROUP: gl.constexpr):
-    """This slice's sum for the row, then one more arrival on the row's count (release: the
-    barrier orders the store, made by another thread, before it)."""
+    """This slice's sum for the row, then one more arrival on the row's count (release). Triton
+    makes both from one thread; the barrier orders the store before the add should a lowering
+    make them from two."""
     gl.store(DOT + row * GROUP + member, dot)
     _cta_barrier()
     gl.atomic_add(COUNT + row, 1, sem="release", scope="gpu")

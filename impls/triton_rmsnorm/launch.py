@@ -111,9 +111,13 @@ HELD_GROUP_CHUNKS = 2
 HELD_GROUP_SLICE = HELD_GROUP_CHUNKS * HELD_BACKWARD_CHUNK
 HELD_GROUP_RING = 5
 HELD_GROUP_WARPS = 8
-#: Polls of a row's arrivals before a program stops waiting and sums the row alone (never met
-#: in the probe's runs: a cooperative launch keeps every partner resident).
+#: Polls of the rows' arrivals a program makes, all its rows together, before it stops waiting
+#: and sums rows alone (never met in the probe's runs: a cooperative launch keeps every partner
+#: resident).
 HELD_GROUP_SPIN_LIMIT = 1 << 20
+#: What a call's arrival counts start from: 0. The tests start them far below zero, so that no
+#: group ever looks complete and every program takes the fallback on every row.
+HELD_GROUP_ARRIVALS_START = 0
 #: Chunk width of the split kernels (wide rows, fewer of them than SMs): one program per
 #: (row, chunk).
 SPLIT_BLOCK_N = 16384
@@ -756,7 +760,8 @@ def _fastest(paths: list, args: tuple):
     """The path with the least device time on these arguments (tuning.py), each already tuned
     (its first call tunes its kernels). Paths write the same outputs from the same inputs. The
     default path (the first) must run; another that fails at its first call (a kernel that does
-    not compile on this GPU, say) is left out with a warning, and the default keeps the call."""
+    not compile on this GPU, say; any exception, so a bug in it too) is left out with a warning,
+    and the default keeps the call."""
     paths[0](*args)
     runnable = [paths[0]]
     for path in paths[1:]:
@@ -1235,7 +1240,7 @@ def _backward_held_group(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw
     """Rows shared by a group of programs (backward_holds_row_in_group says when): as many
     groups as fit one program per SM, each walking a contiguous chunk of rows; a fixed
     configuration. Allocates, beside the partials, one fp32 per (row, slice) and one int32 per
-    row (the exchange)."""
+    row (the exchange): M x GROUP fp32, dx's bytes / 8192 for 16-bit rows."""
     m, n = x.shape
     group = cdiv(n, HELD_GROUP_SLICE)
     groups = max(1, min(m, _programs_cap(x.device) // group))
@@ -1243,7 +1248,7 @@ def _backward_held_group(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw
     groups = cdiv(m, rows_per_group)
     dw_partial = torch.empty((groups, n), dtype=torch.float32, device=x.device)
     dots = torch.empty((m * group,), dtype=torch.float32, device=x.device)
-    arrivals = torch.zeros((m,), dtype=torch.int32, device=x.device)
+    arrivals = torch.full((m,), HELD_GROUP_ARRIVALS_START, dtype=torch.int32, device=x.device)
     config = {"GROUP": group, "GROUP_PADDED": next_power_of_2(group),
               "CHUNK": HELD_BACKWARD_CHUNK, "CHUNKS": HELD_GROUP_CHUNKS, "RING": HELD_GROUP_RING,
               "WARPS": HELD_GROUP_WARPS}  # fmt: skip
