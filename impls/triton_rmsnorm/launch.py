@@ -877,21 +877,24 @@ def forward_holds_row_on_chip(x: torch.Tensor, y: torch.Tensor, has_residual: bo
         and not has_residual
         and x.dtype in (torch.float16, torch.bfloat16)
         and n % 8 == 0
-        and all(t.data_ptr() % 16 == 0 and t.stride(0) % 16 == 0 for t in (x, y))
+        and _rows_on_16_bytes(x, y)
         and _inline_ptx_runs()
         and _held_row_fits_device(x.device, n)
     )
 
 
 def _held_row_fits_device(device: torch.device, n: int) -> bool:
-    """A CUDA device of compute capability 9.0 or later (measured on the H200 only) that gives
-    a program the held row's shared memory (the H100 and H200 give 227 KB)."""
-    if device.type != "cuda":
-        return False
-    index = device.index or 0
-    return torch.cuda.get_device_capability(index) >= (9, 0) and _shared_bytes_per_block(
-        index
+    """A Hopper-class device (_hopper_class) that gives a program the held row's shared memory
+    (the H100 and H200 give 227 KB)."""
+    return _hopper_class(device) and _shared_bytes_per_block(
+        device.index or 0
     ) >= _held_row_shared_bytes(n)
+
+
+def _hopper_class(device: torch.device) -> bool:
+    """A CUDA device of compute capability 9.0 or later, where the held kernels (Gluon) run;
+    they were measured on the H200 only."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device.index or 0) >= (9, 0)
 
 
 def _held_row_shared_chunks(n: int) -> int:
@@ -1142,9 +1145,7 @@ def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool, dw
             dtypes=(x.dtype, weight.dtype, dy.dtype), BLOCK_N=WIDE_BLOCK_N,
         )  # fmt: skip
     col_blocks = cdiv(n, WIDE_BLOCK_N)
-    row_groups = max(1, min(m, _programs_cap(x.device) // col_blocks))
-    rows_per_group = cdiv(m, row_groups)
-    row_groups = cdiv(m, rows_per_group)
+    row_groups, rows_per_group = _row_groups(m, col_blocks, x.device)
     dw_partial = torch.empty((row_groups, n), dtype=torch.float32, device=x.device)
     _launch(
         "rmsnorm_bwd_columns_kernel", (col_blocks, row_groups),
@@ -1154,6 +1155,14 @@ def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool, dw
         HAS_DH_OUT=has_dh_out,
     )  # fmt: skip
     _reduce_partials(dw_partial, dw)
+
+
+def _row_groups(m: int, programs_per_group: int, device: torch.device) -> tuple[int, int]:
+    """(groups, rows per group): contiguous chunks of the m rows, as many as groups of
+    programs_per_group programs fit the SMs (at least one), none without rows."""
+    groups = max(1, min(m, _programs_cap(device) // programs_per_group))
+    rows_per_group = cdiv(m, groups)
+    return cdiv(m, rows_per_group), rows_per_group
 
 
 def backward_holds_row_on_chip(x, dy, weight, dh_out) -> bool:
@@ -1192,19 +1201,23 @@ def _held_backward_can_stage(x, dy, weight, dh_out) -> bool:
         gluon_kernels is not None
         and all(t.dtype in (torch.float16, torch.bfloat16) for t in (x, dy, weight))
         and x.shape[1] % 16 == 0
-        and all(t.data_ptr() % 16 == 0 for t in (*rows, weight))
-        and all(t.stride(0) % 16 == 0 for t in rows)
+        and _rows_on_16_bytes(*rows)
+        and weight.data_ptr() % 16 == 0
         and _inline_ptx_runs()
     )
 
 
+def _rows_on_16_bytes(*tensors: torch.Tensor) -> bool:
+    """Every tensor at a 16-byte address with a row stride that divides by 16 elements: what the
+    held kernels' 16-byte copies need proven (Triton marks an integer divisible by 16 or not at
+    all)."""
+    return all(t.data_ptr() % 16 == 0 and t.stride(0) % 16 == 0 for t in tensors)
+
+
 def _held_row_backward_fits_device(device: torch.device, n: int) -> bool:
-    """A CUDA device of compute capability 9.0 or later (measured on the H200 only) whose
-    shared memory takes the ring (_held_backward_ring)."""
-    if device.type != "cuda":
-        return False
-    index = device.index or 0
-    return torch.cuda.get_device_capability(index) >= (9, 0) and _held_backward_ring(n, device) > 0
+    """A Hopper-class device (_hopper_class) whose shared memory takes the ring
+    (_held_backward_ring)."""
+    return _hopper_class(device) and _held_backward_ring(n, device) > 0
 
 
 def _held_backward_ring(n: int, device: torch.device) -> int:
@@ -1222,16 +1235,15 @@ def held_backward_ring_slots(n: int, shared_bytes: int) -> int:
 
 
 def _held_group_fits_device(device: torch.device, n: int) -> bool:
-    """A CUDA device of compute capability 9.0 or later (measured on the H200 only; every such
-    device launches cooperatively) with an SM for every slice of a row, that gives a program the
-    shared memory of the ring and w's slice."""
-    if device.type != "cuda":
+    """A Hopper-class device (_hopper_class; every such device launches cooperatively) with an
+    SM for every slice of a row, that gives a program the shared memory of the ring and w's
+    slice."""
+    if not _hopper_class(device):
         return False
     index = device.index or 0
     staged = (HELD_GROUP_RING * 4 + HELD_GROUP_CHUNKS * 2) * HELD_BACKWARD_CHUNK
     return (
-        torch.cuda.get_device_capability(index) >= (9, 0)
-        and cdiv(n, HELD_GROUP_SLICE) <= _sm_count(index)
+        cdiv(n, HELD_GROUP_SLICE) <= _sm_count(index)
         and _shared_bytes_per_block(index) >= staged + HELD_ROW_SCRATCH_BYTES
     )
 
@@ -1243,9 +1255,7 @@ def _backward_held_group(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw
     row (the exchange): M x GROUP fp32, dx's bytes / 8192 for 16-bit rows."""
     m, n = x.shape
     group = cdiv(n, HELD_GROUP_SLICE)
-    groups = max(1, min(m, _programs_cap(x.device) // group))
-    rows_per_group = cdiv(m, groups)
-    groups = cdiv(m, rows_per_group)
+    groups, rows_per_group = _row_groups(m, group, x.device)
     dw_partial = torch.empty((groups, n), dtype=torch.float32, device=x.device)
     dots = torch.empty((m * group,), dtype=torch.float32, device=x.device)
     arrivals = torch.full((m,), HELD_GROUP_ARRIVALS_START, dtype=torch.int32, device=x.device)
