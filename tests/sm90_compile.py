@@ -80,6 +80,15 @@ def _compile_held_row_ptx(case: dict) -> str:
                 {"num_warps": case["warps"]}, divisible=("stride_x_row", "stride_y_row"))  # fmt: skip
 
 
+#: The held backwards' row strides, divisible by 16 as launch requires.
+_BACKWARD_ROW_STRIDES = ("stride_x_row", "stride_dy_row", "stride_dx_row", "stride_dh_row")
+
+
+def _held_backward_pointers(x: str) -> dict:
+    """The held backwards' pointer types: x, dy, dx, w and dh_out of x's dtype."""
+    return {"X": x, "W": x, "DY": x, "RSTD": "fp32", "DX": x, "DW_PARTIAL": "fp32", "DH_OUT": x}
+
+
 def _compile_held_row_backward_ptx(case: dict) -> str:
     """gluon_kernels.rmsnorm_bwd_held_row_kernel at N = block_n, x, dy, dx and w of the case's
     x dtype (dh_out too, with "extra"), as launch configures it on a device with 227 KB of
@@ -87,15 +96,12 @@ def _compile_held_row_backward_ptx(case: dict) -> str:
     from impls.triton_rmsnorm import gluon_kernels, launch
 
     n, x = case["block_n"], case["x"]
-    pointer_types = {"X": x, "W": x, "DY": x, "RSTD": "fp32", "DX": x, "DW_PARTIAL": "fp32",
-                     "DH_OUT": x}  # fmt: skip
     chunks = launch.cdiv(n, launch.HELD_BACKWARD_CHUNK)
     ring = launch.held_backward_ring_slots(n, HOPPER_SHARED_BYTES)
     constexprs = {"N": n, "CHUNK": launch.HELD_BACKWARD_CHUNK, "CHUNKS": chunks, "RING": ring,
                   "HAS_DH_OUT": case["extra"], "WARPS": case["warps"]}  # fmt: skip
-    strides = ("stride_x_row", "stride_dy_row", "stride_dx_row", "stride_dh_row")
-    return _ptx(gluon_kernels.rmsnorm_bwd_held_row_kernel, pointer_types, constexprs,
-                {"num_warps": case["warps"]}, divisible=strides)  # fmt: skip
+    return _ptx(gluon_kernels.rmsnorm_bwd_held_row_kernel, _held_backward_pointers(x),
+                constexprs, {"num_warps": case["warps"]}, divisible=_BACKWARD_ROW_STRIDES)  # fmt: skip
 
 
 def _compile_held_group_backward_ptx(case: dict) -> str:
@@ -104,16 +110,14 @@ def _compile_held_group_backward_ptx(case: dict) -> str:
     from impls.triton_rmsnorm import gluon_kernels, launch
 
     n, x = case["block_n"], case["x"]
-    pointer_types = {"X": x, "W": x, "DY": x, "RSTD": "fp32", "DX": x, "DW_PARTIAL": "fp32",
-                     "DH_OUT": x, "DOT": "fp32", "COUNT": "i32"}  # fmt: skip
+    pointer_types = {**_held_backward_pointers(x), "DOT": "fp32", "COUNT": "i32"}
     group = launch.cdiv(n, launch.HELD_GROUP_SLICE)
     constexprs = {"N": n, "GROUP": group, "GROUP_PADDED": launch.next_power_of_2(group),
                   "CHUNK": launch.HELD_BACKWARD_CHUNK, "CHUNKS": launch.HELD_GROUP_CHUNKS,
                   "RING": launch.HELD_GROUP_RING, "HAS_DH_OUT": case["extra"],
                   "WARPS": launch.HELD_GROUP_WARPS, "SPIN_LIMIT": launch.HELD_GROUP_SPIN_LIMIT}  # fmt: skip
-    strides = ("stride_x_row", "stride_dy_row", "stride_dx_row", "stride_dh_row")
     return _ptx(gluon_kernels.rmsnorm_bwd_held_group_kernel, pointer_types, constexprs,
-                {"num_warps": launch.HELD_GROUP_WARPS}, divisible=strides)  # fmt: skip
+                {"num_warps": launch.HELD_GROUP_WARPS}, divisible=_BACKWARD_ROW_STRIDES)  # fmt: skip
 
 
 def _ptx(kernel, pointer_types: dict, constexprs: dict, options: dict, divisible=()) -> str:
