@@ -93,6 +93,7 @@ def held_group_fwd_kernel(
     X, W, Y, RSTD, DOT, COUNT, stride_x_row, stride_y_row, M, rows_per_group, eps, offset,
     N: gl.constexpr, GROUP: gl.constexpr, GROUP_PADDED: gl.constexpr, CHUNK: gl.constexpr,
     CHUNKS: gl.constexpr, RING: gl.constexpr, WARPS: gl.constexpr, SPIN_LIMIT: gl.constexpr,
+    EXCHANGE: gl.constexpr = True,
 ):  # fmt: skip
     layout: gl.constexpr = gl.BlockedLayout([8], [32], [WARPS], [0])
     parts_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
@@ -128,16 +129,19 @@ def held_group_fwd_kernel(
                               CHUNKS, RING, RING - 1 - CHUNKS)  # fmt: skip
         if row + 1 < row_end:
             _publish_dot(DOT, COUNT, row + 1, member, sumsq, GROUP)
-        count = gl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
-        while (count < GROUP) & (polls < SPIN_LIMIT):
+        if EXCHANGE:
             count = gl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
-            polls += 1
-        if count < GROUP:
-            total = _row_sumsq_from_global(X, row, stride_x_row, chunk_cols, layout, N, CHUNK)
-        else:
-            parts = gl.load(DOT + row * GROUP + part_ids, mask=part_ids < GROUP, other=0.0,
-                            volatile=True)  # fmt: skip
-            total = gl.sum(parts, axis=0)
+            while (count < GROUP) & (polls < SPIN_LIMIT):
+                count = gl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
+                polls += 1
+            if count < GROUP:
+                total = _row_sumsq_from_global(X, row, stride_x_row, chunk_cols, layout, N, CHUNK)
+            else:
+                parts = gl.load(DOT + row * GROUP + part_ids, mask=part_ids < GROUP, other=0.0,
+                                volatile=True)  # fmt: skip
+                total = gl.sum(parts, axis=0)
+        else:  # a diagnostic, not a norm: the program's own slice scaled, no wait on partners
+            total = gl.load(DOT + row * GROUP + member) * GROUP
         rstd = 1.0 / gl.sqrt_rn(total / N + eps)
         if member == 0:
             gl.store(RSTD + row, rstd)
@@ -154,8 +158,8 @@ def held_group_fwd_kernel(
     async_copy.wait_group(0)
 
 
-def _group_run(m, n, chunks, ring, warps, per_sm, sms):
-    group = launch.cdiv(n, chunks * CHUNK)
+def _group_run(m, n, chunks, ring, warps, per_sm, sms, chunk=CHUNK, exchange=True):
+    group = launch.cdiv(n, chunks * chunk)
     groups = max(1, min(m, per_sm * sms // group))
     rows_per_group = launch.cdiv(m, groups)
     groups = launch.cdiv(m, rows_per_group)
@@ -165,8 +169,9 @@ def _group_run(m, n, chunks, ring, warps, per_sm, sms):
         count.zero_()
         held_group_fwd_kernel[(groups * group,)](
             x, w, y, rstd, dot, count, x.stride(0), y.stride(0), m, rows_per_group, 1e-6, 0.0,
-            N=n, GROUP=group, GROUP_PADDED=triton.next_power_of_2(group), CHUNK=CHUNK,
-            CHUNKS=chunks, RING=ring, WARPS=warps, SPIN_LIMIT=SPIN_LIMIT, num_warps=warps,
+            N=n, GROUP=group, GROUP_PADDED=triton.next_power_of_2(group), CHUNK=chunk,
+            CHUNKS=chunks, RING=ring, WARPS=warps, SPIN_LIMIT=SPIN_LIMIT, EXCHANGE=exchange,
+            num_warps=warps,
             launch_cooperative_grid=True,
         )  # fmt: skip
 
