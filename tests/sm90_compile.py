@@ -10,7 +10,8 @@ Each case names the kernel ("bwd": rmsnorm_bwd_kernel, "fwd": rmsnorm_fwd_kernel
 16-bit rows of odd N, MAY_WRAP as the case's "wrap" says, "held_row":
 gluon_kernels.rmsnorm_fwd_held_row_kernel, whose case gives only x, block_n and warps,
 "held_row_bwd": gluon_kernels.rmsnorm_bwd_held_row_kernel, x, block_n, warps and extra;
-"held_group_bwd": gluon_kernels.rmsnorm_bwd_held_group_kernel, x, block_n and extra), x's dtype
+"held_group_bwd": gluon_kernels.rmsnorm_bwd_held_group_kernel, x, block_n and extra;
+"held_group_fwd": gluon_kernels.rmsnorm_fwd_held_group_kernel, x and block_n), x's dtype
 (and dy's, for the backward), HOLD_STORAGE_FORM, HAS_DH_OUT or HAS_RESIDUAL ("extra"), the tile
 width, num_warps, LOOP_STAGES and, for the forward, whether programs walk the tiles
 (PERSISTENT; the backward always does), with BLOCK_M = 1. Prints
@@ -42,6 +43,8 @@ def compile_ptx(case: dict) -> str:
         return _compile_held_row_backward_ptx(case)
     if case["kernel"] == "held_group_bwd":
         return _compile_held_group_backward_ptx(case)
+    if case["kernel"] == "held_group_fwd":
+        return _compile_held_group_forward_ptx(case)
     x, stages = case["x"], case["stages"]
     if case["kernel"] in ("bwd", "bwd_shifted"):
         kernel = kernels.rmsnorm_bwd_kernel
@@ -120,6 +123,23 @@ def _compile_held_group_backward_ptx(case: dict) -> str:
                 {"num_warps": launch.HELD_GROUP_WARPS}, divisible=_BACKWARD_ROW_STRIDES)  # fmt: skip
 
 
+def _compile_held_group_forward_ptx(case: dict) -> str:
+    """gluon_kernels.rmsnorm_fwd_held_group_kernel at N = block_n, as launch configures it (x, w
+    and y of the case's x dtype, row strides divisible by 16)."""
+    from impls.triton_rmsnorm import gluon_kernels, launch
+
+    n, x = case["block_n"], case["x"]
+    pointer_types = {"X": x, "W": x, "Y": x, "RSTD": "fp32", "DOT": "fp32", "COUNT": "i32"}
+    group = launch.cdiv(n, launch.HELD_GROUP_FORWARD_SLICE)
+    constexprs = {"N": n, "GROUP": group, "GROUP_PADDED": launch.next_power_of_2(group),
+                  "SLICE": launch.HELD_GROUP_FORWARD_SLICE, "RING": launch.HELD_GROUP_FORWARD_RING,
+                  "WARPS": launch.HELD_GROUP_FORWARD_WARPS,
+                  "SPIN_LIMIT": launch.HELD_GROUP_SPIN_LIMIT}  # fmt: skip
+    return _ptx(gluon_kernels.rmsnorm_fwd_held_group_kernel, pointer_types, constexprs,
+                {"num_warps": launch.HELD_GROUP_FORWARD_WARPS},
+                divisible=("stride_x_row", "stride_y_row"))  # fmt: skip
+
+
 def _ptx(kernel, pointer_types: dict, constexprs: dict, options: dict, divisible=()) -> str:
     """The kernel's PTX for sm_90: pointers 16-byte aligned, eps and offset fp32, other scalars
     i32 (those named in divisible marked divisible by 16)."""
@@ -170,12 +190,12 @@ def main(cases: list[dict]) -> list[dict]:
         found = {dtype: marker in ptx for dtype, marker in MARKERS.items()}
         if case["kernel"] == "held_row":  # its rows go through shared memory by cp.async
             found["cp.async"] = "cp.async.cg.shared.global" in ptx
-        if case["kernel"] == "held_group_bwd":  # the exchange's memory ordering
+        if case["kernel"] in ("held_group_bwd", "held_group_fwd"):  # the exchange's ordering
             # (an add whose result is unused is a red, not an atom, on later Tritons)
             found["release adds"] = len(re.findall(r"(?:atom|red)\.global\.gpu\.release\.add", ptx))
             found["acquire polls"] = ptx.count("ld.global.gpu.acquire")
             found["volatile loads"] = ptx.count("ld.volatile.global")
-        if case["kernel"] in ("held_row_bwd", "held_group_bwd"):  # 16-byte copies and stores
+        if case["kernel"] in ("held_row_bwd", "held_group_bwd", "held_group_fwd"):  # 16 bytes
             found["staged vectors"] = ptx.count("cp.async.cg.shared.global")
             found["vector stores"] = ptx.count("st.global.v4.b32")
         if case["kernel"] in ("bwd_shifted", "fwd_shifted"):  # (cp.async.cg: 16 bytes only)

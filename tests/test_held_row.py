@@ -1,7 +1,8 @@
-"""The held-row forward (gluon_kernels.rmsnorm_fwd_held_row_kernel): 16-bit rows of 65537 to
-131072 columns held on one SM in registers and shared memory. When the launch offers it, that
-it compiles for sm_90 (on any machine with Triton's NVIDIA backend), and on an NVIDIA GPU that
-it matches the oracle."""
+"""The held-row forwards: gluon_kernels.rmsnorm_fwd_held_row_kernel (16-bit rows of 65537 to
+131072 columns held on one SM in registers and shared memory) and, past it,
+rmsnorm_fwd_held_group_kernel (each row held by a group of programs). When the launch offers
+them, that they compile for sm_90 (on any machine with Triton's NVIDIA backend), and on an
+NVIDIA GPU that they match the oracle."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import pytest
 import torch
 
 from harness.inputs import make_inputs
+from harness.oracle import compare, reference
 from impls.triton_rmsnorm import launch
 from tests import sm90_compile
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
-from tests.test_triton_features import _assert_matches_oracle
+from tests.test_triton_features import TOL, _assert_matches_oracle
 
 WIDEST = launch.HELD_ROW_MAX_N
 ON_NVIDIA_GPU = DEVICE == "cuda" and torch.version.hip is None
@@ -147,3 +149,222 @@ def test_held_row_forward_with_strided_rows(monkeypatch):
     launch.take_launch_configs()
     _assert_matches_oracle(x, wide.weight[:n].contiguous(), wide.dy[:, :n])
     assert "rmsnorm_fwd_held_row_kernel" in launch.take_launch_configs()
+
+
+# ---- rows wider than one SM holds: a group of programs a row ---------------------------------
+
+GROUPED = 2 * WIDEST
+SLICE = launch.HELD_GROUP_FORWARD_SLICE
+
+
+def test_launch_offers_the_group_past_the_held_row(monkeypatch):
+    """Past HELD_ROW_MAX_N: 16-bit x and w, N a multiple of 8, x's and y's rows and w on 16
+    bytes, no residual, Gluon present (the device's part taken as given)."""
+    monkeypatch.setattr(launch, "_inline_ptx_runs", lambda: True)
+    monkeypatch.setattr(launch, "_held_group_forward_fits_device", lambda device, n: True)
+    bf16 = torch.bfloat16
+
+    def offered(n, dtype=bf16, w_dtype=bf16, has_residual=False, width=None, start=0, w_start=0):
+        x = torch.zeros(2, width or n, dtype=dtype)[:, start : start + n]
+        y = torch.empty(2, n, dtype=dtype)
+        w = torch.zeros(n + 8, dtype=w_dtype)[w_start : w_start + n]
+        return launch.forward_holds_row_in_group(x, y, w, has_residual)
+
+    assert offered(GROUPED) and offered(WIDEST + 16) and offered(2**20)
+    assert offered(GROUPED, torch.float16) and offered(GROUPED, w_dtype=torch.float16)
+    assert offered(GROUPED - 64, width=GROUPED)  # strided rows, aligned
+    assert not offered(WIDEST)  # one program holds it
+    assert not offered(GROUPED, torch.float32)
+    assert not offered(GROUPED, w_dtype=torch.float32)  # w is staged 16-bit
+    assert not offered(GROUPED, has_residual=True)
+    assert not offered(GROUPED - 4)
+    assert not offered(GROUPED - 64, width=GROUPED + 8)  # rows not 16-byte aligned
+    assert not offered(GROUPED - 64, width=GROUPED, start=4)  # x's data 8 bytes off
+    assert not offered(GROUPED - 64, w_start=4)  # w's 8 bytes off
+    monkeypatch.setattr(launch, "gluon_kernels", None)
+    assert not offered(GROUPED)
+
+
+def test_device_part_of_the_group_forward_decision(monkeypatch):
+    """Compute capability 9.0 or later, the shared memory of a program (2 ring slots and w's
+    slice: 52 KB with the scratch), and a program slot for every 8192-column slice of a row at
+    up to 4 programs an SM (as many as the SM's shared memory holds)."""
+    assert not launch._held_group_forward_fits_device(torch.device("cpu"), GROUPED)
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(launch, "_sm_count", lambda index: 132)
+    for capability, block, per_sm, n, fits in [
+        ((9, 0), 232448, 4, GROUPED, True),
+        ((9, 0), 232448, 4, 4 * 132 * SLICE, True),
+        ((9, 0), 232448, 4, 4 * 132 * SLICE + 8, False),  # 529 slices
+        ((9, 0), 232448, 2, 4 * 132 * SLICE, False),
+        ((9, 0), 49152, 4, GROUPED, False),
+        ((8, 0), 232448, 4, GROUPED, False),
+    ]:
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index, c=capability: c)
+        monkeypatch.setattr(launch, "_shared_bytes_per_block", lambda index, s=block: s)
+        monkeypatch.setattr(launch, "_held_group_forward_programs_per_sm", lambda i, p=per_sm: p)
+        assert launch._held_group_forward_fits_device(cuda, n) is fits, (capability, block, n)
+
+
+def test_programs_an_sm_follow_its_shared_memory(monkeypatch):
+    """4 programs an SM where 228 KB an SM holds them (the H100's and H200's), fewer where less."""
+
+    class Props:
+        shared_memory_per_multiprocessor = 233472
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Props())
+    launch._held_group_forward_programs_per_sm.cache_clear()
+    try:
+        assert launch._held_group_forward_programs_per_sm(0) == 4
+        Props.shared_memory_per_multiprocessor = 167936  # 164 KB: the A100's
+        launch._held_group_forward_programs_per_sm.cache_clear()
+        assert launch._held_group_forward_programs_per_sm(0) == 3
+    finally:
+        launch._held_group_forward_programs_per_sm.cache_clear()
+
+
+def test_forward_measures_the_group_beside_the_default_path(monkeypatch):
+    """Where it is offered, the forward's first call measures it against the default path."""
+    monkeypatch.setattr(launch, "forward_holds_row_in_group", lambda x, y, w, has_residual: True)
+    monkeypatch.setattr(launch, "autotuning", lambda: True)
+    monkeypatch.setattr(launch, "_REPLAYABLE", False)
+    offered = []
+
+    def measured(key, paths, args, device):
+        offered.append(list(paths))
+        return lambda *args: None
+
+    monkeypatch.setattr(launch, "_measured_path", measured)
+    x = torch.zeros(4, GROUPED, dtype=torch.bfloat16, device=DEVICE)
+    launch.rmsnorm_forward(x, x[0], 1e-6)
+    assert offered == [[*launch._forward_paths(4, GROUPED, x.device), launch._forward_held_group]]
+
+
+def test_held_group_forward_compiles_for_sm90():
+    """Compiled for sm_90 (no GPU): the exchange's release adds (the first row and the rows
+    after), acquire polls (the first and the loop's), the volatile load of the slices' sums;
+    16-byte copies and stores (8 warps: 4 vectors of a 16-bit slice a thread; w, 2 ring slots,
+    a slot restaged a row; y)."""
+    pytest.importorskip(
+        "triton.backends.nvidia.compiler", reason="Triton without its NVIDIA backend"
+    )
+    if launch.gluon_kernels is None:
+        pytest.skip("this Triton has no Gluon")
+    cases = [{"kernel": "held_group_fwd", "x": x, "block_n": n}
+             for x, n in (("bf16", GROUPED), ("fp16", WIDEST + 16))]  # fmt: skip
+    expected = {"release adds": 2, "acquire polls": 2, "volatile loads": 1,
+                "staged vectors": 4 * (1 + 2 + 1), "vector stores": 4}  # fmt: skip
+    found = sm90_compile.run(cases)
+    assert [{k: f[k] for k in expected} for f in found] == [expected, expected]
+    assert [(f["bf16"], f["fp16"]) for f in found] == [(False, False)] * 2  # no inline upcasts
+
+
+def _force_group(monkeypatch) -> None:
+    """The grouped forward the only path offered (it is offered past the held row)."""
+    monkeypatch.setattr(launch, "_forward_paths", lambda m, n, device: [])
+
+
+needs_group_gpu = pytest.mark.skipif(
+    not (
+        ON_NVIDIA_GPU
+        and launch.gluon_kernels is not None
+        and launch._held_group_forward_fits_device(torch.device("cuda"), GROUPED)
+    ),
+    reason="the grouped held-row forward needs a Hopper-class NVIDIA GPU with 52 KB of shared "
+    "memory a program and a Triton with Gluon",
+)
+
+
+def _every_slot() -> int:
+    """Columns whose slices fill every program slot of the GPU: one group, the whole grid."""
+    return launch._held_group_forward_programs_per_sm(0) * launch._sm_count(0) * SLICE
+
+
+@needs_group_gpu
+@pytest.mark.parametrize(
+    "shape, dtype",
+    [
+        ((300, GROUPED), torch.bfloat16),  # 32 programs a row, several rows a group
+        ((64, GROUPED), torch.float16),
+        ((3, 2**20), torch.bfloat16),  # fewer rows than groups
+        ((40, WIDEST + SLICE + 16), torch.bfloat16),  # 18 slices, the last holds 16 columns
+        ((2, 5, 2**20), torch.bfloat16),  # 128 programs a row, leading dims
+        ((1, GROUPED), torch.float16),  # one row
+        ((50, 200016), torch.bfloat16),  # a masked last slice, N not a power of two
+        ((2, "every slot"), torch.bfloat16),  # one group of every program slot
+    ],
+    ids=lambda p: "x".join(map(str, p)) if isinstance(p, tuple) else DTYPE_NAMES.get(p, str(p)),
+)
+def test_held_group_forward_matches_the_oracle(monkeypatch, shape, dtype):
+    _force_group(monkeypatch)
+    shape = tuple(_every_slot() if d == "every slot" else d for d in shape)
+    inputs = make_inputs(shape, dtype, DEVICE)
+    launch.take_launch_configs()
+    _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
+    assert "rmsnorm_fwd_held_group_kernel" in launch.take_launch_configs()
+
+
+@needs_group_gpu
+@pytest.mark.parametrize("spin_limit", [0, 8], ids=["no polls", "8 polls"])
+def test_held_group_forward_falls_back_on_every_row(monkeypatch, spin_limit):
+    """Arrival counts that start far below zero never complete a group: every program, once its
+    polls are spent, sums every row alone from global memory and still publishes its own sums;
+    the result matches the oracle, and the counts show every program's arrival on every row."""
+    _force_group(monkeypatch)
+    monkeypatch.setattr(launch, "HELD_GROUP_SPIN_LIMIT", spin_limit)
+    start = -(2**30)
+    monkeypatch.setattr(launch, "HELD_GROUP_ARRIVALS_START", start)
+    filled = []
+    full = torch.full
+
+    def recording_full(size, value, **kwargs):
+        out = full(size, value, **kwargs)
+        if value == start:
+            filled.append(out)
+        return out
+
+    monkeypatch.setattr(torch, "full", recording_full)
+    inputs = make_inputs((300, GROUPED), torch.bfloat16, DEVICE)
+    y, _, _ = launch.rmsnorm_forward(inputs.x, inputs.weight, 1e-5)
+    ref = reference(inputs.x, inputs.weight, 1e-5, inputs.dy)
+    report = compare("y", y, ref.y, y.dtype, TOL["y"], GROUPED)
+    assert report.passed, report.summary()
+    group = launch.cdiv(GROUPED, SLICE)
+    assert len(filled) == 1 and torch.equal(filled[0], torch.full_like(filled[0], start + group))
+
+
+@needs_group_gpu
+@pytest.mark.parametrize(
+    "w_dtype, out_dtype, offset",
+    [(torch.float16, None, 0.0), (torch.bfloat16, torch.float32, 0.0),
+     (torch.bfloat16, None, 1.0)],
+    ids=["fp16 w", "fp32 y", "Gemma's offset"],
+)  # fmt: skip
+def test_held_group_forward_weights_outputs_and_offset(monkeypatch, w_dtype, out_dtype, offset):
+    """An fp16 w with bf16 x (staged in its own dtype), an fp32 y, and w + 1 (Gemma's)."""
+    _force_group(monkeypatch)
+    inputs = make_inputs((100, GROUPED), torch.bfloat16, DEVICE)
+    w = inputs.weight if offset == 0.0 else 0.1 * inputs.weight
+    launch.take_launch_configs()
+    _assert_matches_oracle(inputs.x, w.to(w_dtype), inputs.dy, out_dtype=out_dtype,
+                           offset=offset)  # fmt: skip
+    assert "rmsnorm_fwd_held_group_kernel" in launch.take_launch_configs()
+
+
+@needs_group_gpu
+def test_held_group_forward_with_strided_rows(monkeypatch):
+    """Rows of a wider tensor (a 16-byte-aligned row stride): the kernel takes x's stride."""
+    _force_group(monkeypatch)
+    n = GROUPED - 64
+    wide = make_inputs((150, GROUPED), torch.float16, DEVICE)
+    launch.take_launch_configs()
+    _assert_matches_oracle(wide.x[:, :n], wide.weight[:n].contiguous(), wide.dy[:, :n])
+    assert "rmsnorm_fwd_held_group_kernel" in launch.take_launch_configs()
+
+
+@needs_group_gpu
+def test_held_group_forward_fp32_weight_takes_the_default_path():
+    x = torch.zeros(4, GROUPED, dtype=torch.bfloat16, device=DEVICE)
+    w = torch.ones(GROUPED, dtype=torch.float32, device=DEVICE)
+    assert not launch.forward_holds_row_in_group(x, x, w, False)
+    assert launch.forward_holds_row_in_group(x, x, w.bfloat16(), False)

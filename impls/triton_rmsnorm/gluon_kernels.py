@@ -321,17 +321,12 @@ def rmsnorm_bwd_held_group_kernel(
                           layout, N, CHUNK, CHUNKS, RING, RING - 1 - CHUNKS)  # fmt: skip
         if row + 1 < row_end:
             _publish_dot(DOT, COUNT, row + 1, member, dot, GROUP)
-        count = gl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
-        while (count < GROUP) & (polls < SPIN_LIMIT):
-            count = gl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
-            polls += 1
+        count, polls = _await_partners(COUNT, row, polls, GROUP, SPIN_LIMIT)
         if count < GROUP:  # partners absent: the whole row from global memory
             total = _row_dot_from_global(X, W, DY, row, stride_x_row, stride_dy_row, chunk_cols,
                                          offset, layout, N, CHUNK)  # fmt: skip
         else:
-            parts = gl.load(DOT + row * GROUP + part_ids, mask=part_ids < GROUP, other=0.0,
-                            volatile=True)  # fmt: skip
-            total = gl.sum(parts, axis=0)
+            total = _published_total(DOT, row, part_ids, GROUP)
         rstd = gl.load(RSTD + row)
         mean_gx = total * rstd / N
         for k in gl.static_range(CHUNKS):  # second pass: dx and dw, then restage the slot
@@ -359,6 +354,25 @@ def _publish_dot(DOT, COUNT, row, member, dot, GROUP: gl.constexpr):
 
 
 @gluon.jit
+def _await_partners(COUNT, row, polls, GROUP: gl.constexpr, SPIN_LIMIT: gl.constexpr):
+    """Poll the row's arrival count (acquire) until the whole group has published or the
+    program's polls (`polls` so far, all its rows together) reach SPIN_LIMIT: (count, polls)."""
+    count = gl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
+    while (count < GROUP) & (polls < SPIN_LIMIT):
+        count = gl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
+        polls += 1
+    return count, polls
+
+
+@gluon.jit
+def _published_total(DOT, row, part_ids, GROUP: gl.constexpr):
+    """The sum of the group's GROUP published values for the row, in one fixed order (every
+    member gets the same bits); volatile, as a partner wrote them after this program began."""
+    parts = gl.load(DOT + row * GROUP + part_ids, mask=part_ids < GROUP, other=0.0, volatile=True)
+    return gl.sum(parts, axis=0)
+
+
+@gluon.jit
 def _row_dot_from_global(X, W, DY, row, stride_x_row, stride_dy_row, chunk_cols, offset,
                          layout: gl.constexpr, N: gl.constexpr, CHUNK: gl.constexpr):  # fmt: skip
     """The whole row's sum of w * dy * x, read from global memory (the group's fallback)."""
@@ -371,3 +385,112 @@ def _row_dot_from_global(X, W, DY, row, stride_x_row, stride_dy_row, chunk_cols,
         dy = gl.load(DY + row * stride_dy_row + cols, mask=mask, other=0.0).to(gl.float32)
         dot += gl.sum(gl.where(mask, w * dy * x, 0.0), axis=0)
     return dot
+
+
+@gluon.jit
+def _stage_slice(X_RING, slot, X, stride_x_row, row, row_end, cols, N: gl.constexpr):
+    """One cp.async group: a row's slice of x into ring slot `slot` (zeros outside the row, and
+    for rows past the program's last, whose group still counts)."""
+    _async_load(
+        X_RING.index(slot), X + row * stride_x_row + cols, mask=(cols < N) & (row < row_end)
+    )
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _staged_sumsq(X_RING, slot, cols, layout: gl.constexpr, N: gl.constexpr,
+                  PENDING: gl.constexpr):  # fmt: skip
+    """The sum of squares of the slice in ring slot `slot`, once at most PENDING later cp.async
+    groups are still in flight."""
+    async_copy.wait_group(PENDING)
+    x = X_RING.index(slot).load(layout).to(gl.float32)
+    return gl.sum(gl.where(cols < N, x * x, 0.0), axis=0)
+
+
+@gluon.jit
+def _row_sumsq_from_global(X, row, stride_x_row, chunk_cols, layout: gl.constexpr,
+                           N: gl.constexpr, CHUNK: gl.constexpr):  # fmt: skip
+    """The whole row's sum of squares, read from global memory (the group's fallback)."""
+    total = 0.0
+    for start in range(0, N, CHUNK):
+        cols = start + chunk_cols
+        x = gl.load(X + row * stride_x_row + cols, mask=cols < N, other=0.0).to(gl.float32)
+        total += gl.sum(x * x, axis=0)
+    return total
+
+
+@gluon.jit
+def rmsnorm_fwd_held_group_kernel(
+    X, W, Y, RSTD, DOT, COUNT, stride_x_row, stride_y_row, M, rows_per_group, eps, offset,
+    N: gl.constexpr,  # at most GROUP slices of SLICE columns
+    GROUP: gl.constexpr,  # programs a row: each owns one slice of its columns
+    GROUP_PADDED: gl.constexpr,  # GROUP's next power of two
+    SLICE: gl.constexpr,  # columns a program owns (and a ring slot holds)
+    RING: gl.constexpr,  # ring slots: this row's slice, the next row's, and more
+    WARPS: gl.constexpr,  # the launch's num_warps (the layout needs it as a constant)
+    SPIN_LIMIT: gl.constexpr,  # a program's polls, all rows together (then it sums rows alone)
+):  # fmt: skip
+    """RMSNorm forward of 16-bit rows too wide for one SM, read from HBM once: GROUP programs
+    share each row, program `member` of its group owning columns [member * SLICE, (member + 1)
+    * SLICE); its slice of each row staged in a shared-memory ring (cp.async, one group a slot,
+    RING rows ahead), w's slice staged once. A group walks a contiguous chunk of rows.
+
+    The sum of squares needs the whole row: the exchange of rmsnorm_bwd_held_group_kernel. Each
+    program stores its slice's sum in DOT[row * GROUP + member], then adds 1 to COUNT[row]
+    (release; COUNT zeroed by the caller); it publishes row j + 1 before it waits (acquire
+    polls) on row j, so its partners have a row's time to publish; then it sums DOT's GROUP
+    values in one fixed order (every member gets the same bits; member 0 stores rstd) and writes
+    its slice of y. The launch must be cooperative (every program resident at once; launch.py).
+    A program has SPIN_LIMIT polls for all its rows; a row whose group it finds incomplete once
+    they are spent it sums whole from global memory (another order: its rstd possibly apart
+    from its partners' in the last bits), and it publishes its own sums all the same.
+
+    Before the loop the first row's slice is waited for with RING - 1 later groups allowed
+    pending; in the loop the next row's with RING - 2 (a slot is restaged, one group, after its
+    y is written). Each thread reads back only the shared elements its own copies wrote (one
+    layout for both), so waiting on its own groups is enough. Same formula as
+    rmsnorm_fwd_kernel: rstd = 1 / sqrt_rn(sum(x^2) / N + eps) in fp32, y = x * rstd * (w +
+    offset) rounded once; the sum is ordered differently (slice by slice).
+    """
+    layout: gl.constexpr = gl.BlockedLayout([8], [32], [WARPS], [0])
+    parts_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
+    shared_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    gl.static_assert(RING >= 2)
+    gl.static_assert(N <= GROUP * SLICE)
+    x_ring = gl.allocate_shared_memory(X.dtype.element_ty, [RING, SLICE], shared_layout)
+    w_held = gl.allocate_shared_memory(W.dtype.element_ty, [SLICE], shared_layout)
+    pid = gl.program_id(0)
+    member = pid % GROUP
+    group = pid // GROUP
+    slice_cols = gl.arange(0, SLICE, layout=layout)
+    cols = member * SLICE + slice_cols
+    in_row = cols < N
+    row_start = group.to(gl.int64) * rows_per_group
+    row_end = gl.minimum(row_start + rows_per_group, M)
+    _async_load(w_held, W + cols, mask=in_row)  # w's slice, once: the oldest group
+    async_copy.commit_group()
+    for s in gl.static_range(RING):
+        _stage_slice(x_ring, s, X, stride_x_row, row_start + s, row_end, cols, N)
+    sumsq = _staged_sumsq(x_ring, 0, cols, layout, N, RING - 1)
+    _publish_dot(DOT, COUNT, row_start, member, sumsq, GROUP)  # every group has a row
+    part_ids = gl.arange(0, GROUP_PADDED, layout=parts_layout)
+    polls = 0  # over all of the program's rows: once spent, no row waits again
+    for row in range(row_start, row_end):
+        j = row - row_start
+        slot = (j % RING).to(gl.int32)
+        sumsq = _staged_sumsq(x_ring, ((j + 1) % RING).to(gl.int32), cols, layout, N, RING - 2)
+        if row + 1 < row_end:
+            _publish_dot(DOT, COUNT, row + 1, member, sumsq, GROUP)
+        count, polls = _await_partners(COUNT, row, polls, GROUP, SPIN_LIMIT)
+        if count < GROUP:  # partners absent: the whole row from global memory
+            total = _row_sumsq_from_global(X, row, stride_x_row, slice_cols, layout, N, SLICE)
+        else:
+            total = _published_total(DOT, row, part_ids, GROUP)
+        rstd = 1.0 / gl.sqrt_rn(total / N + eps)
+        if member == 0:
+            gl.store(RSTD + row, rstd)
+        x = x_ring.index(slot).load(layout).to(gl.float32)
+        w = w_held.load(layout).to(gl.float32) + offset
+        gl.store(Y + row * stride_y_row + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=in_row)
+        _stage_slice(x_ring, slot, X, stride_x_row, row + RING, row_end, cols, N)
+    async_copy.wait_group(0)  # the last (masked) copies land before the program ends

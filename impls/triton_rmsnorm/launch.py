@@ -89,6 +89,21 @@ HELD_ROW_WARPS = 32
 HELD_ROW_MAX_N = HELD_ROW_REG + HELD_ROW_SHARED_CHUNKS * HELD_ROW_CHUNK
 #: Shared memory the kernel needs beyond its buffers (its reductions' scratch), with margin.
 HELD_ROW_SCRATCH_BYTES = 4096
+#: The grouped held-row forward (gluon_kernels.rmsnorm_fwd_held_group_kernel), past
+#: HELD_ROW_MAX_N: a group of programs shares each row, each holding a slice of
+#: HELD_GROUP_FORWARD_SLICE columns in a ring of HELD_GROUP_FORWARD_RING slots beside w's slice
+#: (48 KB), up to HELD_GROUP_FORWARD_PER_SM programs an SM, HELD_GROUP_FORWARD_WARPS warps, a
+#: cooperative launch; the slices' sums exchanged as the grouped backward's (measured at the
+#: first call with the looped or split path). On the H200 (bf16, 256 and 1024 x 262144, 64 x
+#: 1048576) it ran 1.17-1.23x those, 72-80% of the copy, 8192-column slices at 4 an SM ahead of
+#: 16384 at 2 (1.13-1.16x) and at 1 (1.10x); at 131072 columns 0.91x the held row, so it starts
+#: past it (results/nvidia-h200/probes/2026-11-30-bb689b9d08e7-forward-held-group-sweep.txt).
+HELD_GROUP_FORWARD_SLICE = 8192
+HELD_GROUP_FORWARD_RING = 2
+HELD_GROUP_FORWARD_PER_SM = 4
+HELD_GROUP_FORWARD_WARPS = 8
+#: Shared memory an SM keeps for each resident program beyond what the program asks for.
+SHARED_BYTES_RESERVED_PER_PROGRAM = 1024
 #: The held-row backward (gluon_kernels.rmsnorm_bwd_held_row_kernel): a row's x and dy staged
 #: whole in a shared-memory ring of HELD_BACKWARD_CHUNK-column slots (as many as fit, at least a
 #: row's), w in shared memory, the program's dw accumulator in registers (one variable a chunk,
@@ -725,6 +740,8 @@ def rmsnorm_forward(
         paths = _forward_paths(m, n, x.device)
         if forward_holds_row_on_chip(x, y, has_residual):
             paths = [*paths, _forward_held_row]
+        if forward_holds_row_in_group(x, y, weight, has_residual):
+            paths = [*paths, _forward_held_group]
         if paths == [_forward_single_tile] and replay_key is not None:
             _record(replay_key, _forward_single_tile, args, 1)
         elif len(paths) == 1 or not autotuning():
@@ -923,6 +940,80 @@ def _forward_held_row(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, ha
     args = (x, weight, y, rstd, strides[0], strides[1], m, eps, offset)
     direct.launch(gluon_kernels.rmsnorm_fwd_held_row_kernel, grid, args, meta, x.get_device())
     _LAUNCHED["rmsnorm_fwd_held_row_kernel"] = {**config, "num_warps": HELD_ROW_WARPS}
+
+
+def forward_holds_row_in_group(x, y, weight, has_residual: bool) -> bool:
+    """Whether the grouped held-row forward can serve x: 16-bit rows wider than HELD_ROW_MAX_N
+    with N a multiple of 8, a 16-bit w at a 16-byte address (staged by cp.async), no residual,
+    x and y rows on 16 bytes (_rows_on_16_bytes), Gluon present, inline PTX runnable, on a
+    Hopper-class device where every slice of a row has a program slot
+    (_held_group_forward_fits_device)."""
+    n = x.shape[1]
+    sixteen_bit = (torch.float16, torch.bfloat16)
+    return (
+        n > HELD_ROW_MAX_N
+        and gluon_kernels is not None
+        and not has_residual
+        and x.dtype in sixteen_bit
+        and weight.dtype in sixteen_bit
+        and n % 8 == 0
+        and _rows_on_16_bytes(x, y)
+        and weight.data_ptr() % 16 == 0
+        and _inline_ptx_runs()
+        and _held_group_forward_fits_device(x.device, n)
+    )
+
+
+def _held_group_forward_fits_device(device: torch.device, n: int) -> bool:
+    """A Hopper-class device (_hopper_class) that gives a program its ring and w's slice, with
+    a program slot for each of a row's slices (_held_group_forward_programs_per_sm a SM)."""
+    if not _hopper_class(device):
+        return False
+    index = device.index or 0
+    slots = _held_group_forward_programs_per_sm(index) * _sm_count(index)
+    fits_program = _shared_bytes_per_block(index) >= _held_group_forward_shared_bytes()
+    return fits_program and cdiv(n, HELD_GROUP_FORWARD_SLICE) <= slots
+
+
+def _held_group_forward_shared_bytes() -> int:
+    """A grouped forward program's shared memory: its ring, w's slice (16-bit) and scratch."""
+    slots = HELD_GROUP_FORWARD_RING + 1
+    return slots * HELD_GROUP_FORWARD_SLICE * 2 + HELD_ROW_SCRATCH_BYTES
+
+
+@functools.cache
+def _held_group_forward_programs_per_sm(device_index: int) -> int:
+    """HELD_GROUP_FORWARD_PER_SM, or as many fewer as the SM's shared memory holds (4 on the
+    H100 and H200: 228 KB an SM)."""
+    props = torch.cuda.get_device_properties(device_index)
+    per_sm = int(getattr(props, "shared_memory_per_multiprocessor", 0) or 0)
+    per_program = _held_group_forward_shared_bytes() + SHARED_BYTES_RESERVED_PER_PROGRAM
+    return min(HELD_GROUP_FORWARD_PER_SM, per_sm // per_program)
+
+
+def _forward_held_group(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
+    """Rows shared by a group of programs (forward_holds_row_in_group says when): as many groups
+    as fit _held_group_forward_programs_per_sm programs an SM, each walking a contiguous chunk
+    of rows; a fixed configuration. Allocates one fp32 per (row, slice) and one int32 per row
+    (the exchange)."""
+    m, n = x.shape
+    group = cdiv(n, HELD_GROUP_FORWARD_SLICE)
+    per_sm = _held_group_forward_programs_per_sm(x.device.index or 0)
+    groups, rows_per_group = _row_groups(m, group, x.device, per_sm)
+    sums = torch.empty((m * group,), dtype=torch.float32, device=x.device)
+    arrivals = torch.full((m,), HELD_GROUP_ARRIVALS_START, dtype=torch.int32, device=x.device)
+    config = {"GROUP": group, "GROUP_PADDED": next_power_of_2(group),
+              "SLICE": HELD_GROUP_FORWARD_SLICE, "RING": HELD_GROUP_FORWARD_RING,
+              "WARPS": HELD_GROUP_FORWARD_WARPS}  # fmt: skip
+    meta = {"N": n, **config, "SPIN_LIMIT": HELD_GROUP_SPIN_LIMIT,
+            "num_warps": HELD_GROUP_FORWARD_WARPS, "launch_cooperative_grid": True}  # fmt: skip
+    args = (x, weight, y, rstd, sums, arrivals, strides[0], strides[1], m, rows_per_group, eps,
+            offset)  # fmt: skip
+    direct.launch(gluon_kernels.rmsnorm_fwd_held_group_kernel, (groups * group,), args, meta,
+                  x.get_device())  # fmt: skip
+    _LAUNCHED["rmsnorm_fwd_held_group_kernel"] = {
+        **config, "PROGRAMS_PER_SM": per_sm, "num_warps": HELD_GROUP_FORWARD_WARPS,
+    }  # fmt: skip
 
 
 def _forward_split(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
@@ -1157,10 +1248,13 @@ def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool, dw
     _reduce_partials(dw_partial, dw)
 
 
-def _row_groups(m: int, programs_per_group: int, device: torch.device) -> tuple[int, int]:
+def _row_groups(
+    m: int, programs_per_group: int, device: torch.device, programs_per_sm: int = 1
+) -> tuple[int, int]:
     """(groups, rows per group): contiguous chunks of the m rows, as many as groups of
-    programs_per_group programs fit the SMs (at least one), none without rows."""
-    groups = max(1, min(m, _programs_cap(device) // programs_per_group))
+    programs_per_group programs fit programs_per_sm programs an SM (at least one), none without
+    rows."""
+    groups = max(1, min(m, programs_per_sm * _programs_cap(device) // programs_per_group))
     rows_per_group = cdiv(m, groups)
     return cdiv(m, rows_per_group), rows_per_group
 
