@@ -253,7 +253,7 @@ def rmsnorm_bwd_held_group_kernel(
     GROUP: gl.constexpr,  # programs a row: each owns one slice of its columns
     GROUP_PADDED: gl.constexpr,  # GROUP's next power of two
     CHUNK: gl.constexpr,
-    CHUNKS: gl.constexpr,  # chunks a slice: 2 (two rows' slices fit the ring)
+    CHUNKS: gl.constexpr,  # chunks a slice: 1 or 2 (one dw accumulator in registers each)
     RING: gl.constexpr,  # ring slots, at least 2 * CHUNKS
     HAS_DH_OUT: gl.constexpr,
     WARPS: gl.constexpr,
@@ -284,7 +284,7 @@ def rmsnorm_bwd_held_group_kernel(
     layout: gl.constexpr = gl.BlockedLayout([8], [32], [WARPS], [0])
     parts_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
     shared_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
-    gl.static_assert(CHUNKS == 2)
+    gl.static_assert(CHUNKS <= 2)
     gl.static_assert(RING >= 2 * CHUNKS)
     gl.static_assert(N <= GROUP * CHUNKS * CHUNK)
     x_ring = gl.allocate_shared_memory(X.dtype.element_ty, [RING, CHUNK], shared_layout)
@@ -340,7 +340,8 @@ def rmsnorm_bwd_held_group_kernel(
     async_copy.wait_group(0)
     partial = DW_PARTIAL + group.to(gl.int64) * N + slice_start + chunk_cols
     gl.store(partial, dw_0, mask=slice_start + chunk_cols < N)
-    gl.store(partial + CHUNK, dw_1, mask=slice_start + CHUNK + chunk_cols < N)
+    if CHUNKS > 1:
+        gl.store(partial + CHUNK, dw_1, mask=slice_start + CHUNK + chunk_cols < N)
 
 
 @gluon.jit
