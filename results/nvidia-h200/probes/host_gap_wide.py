@@ -11,12 +11,16 @@ product's measured choice, and the looped or wide path forced):
 - synced: median µs of a call followed by a synchronize;
 - do_bench: the harness's host-inclusive median; graph: device-only (tuning._median_ms);
 - the CUDA runtime calls of 5 calls under torch.profiler (cudaStreamSynchronize, cudaMalloc,
-  cudaLaunchCooperativeKernel...), with their host time.
+  cudaLaunchCooperativeKernel...), with their host time;
+- the Python functions with the most host time over 20 calls (cProfile).
 
 Run from the repository root on a CUDA GPU:
     PYTHONPATH=.:results/nvidia-h200/probes python results/nvidia-h200/probes/host_gap_wide.py out.txt
 """
 
+import cProfile
+import io
+import pstats
 import statistics
 import sys
 import time
@@ -43,7 +47,7 @@ def _paths(m, n, x, w, dy):
     return {"fwd": fwd, "bwd": bwd}
 
 
-def _measure(fn, out):
+def _measure(fn, out, graphable):
     fn()
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -58,10 +62,12 @@ def _measure(fn, out):
         torch.cuda.synchronize()
         synced.append((time.perf_counter() - t) * 1e6)
     bench = triton.testing.do_bench(fn, warmup=25, rep=100) * 1e3
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    graph = tuning._median_ms(lambda a: fn(), [()], stream) * 1e3
-    torch.cuda.current_stream().wait_stream(stream)
+    graph = float("nan")
+    if graphable:  # (autograd's backward cannot be captured on the tuner's side stream)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        graph = tuning._median_ms(lambda a: fn(), [()], stream) * 1e3
+        torch.cuda.current_stream().wait_stream(stream)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         for _ in range(5):
             fn()
@@ -70,11 +76,21 @@ def _measure(fn, out):
     for e in prof.key_averages():
         if e.key.startswith("cuda") or e.key.startswith("cu"):
             calls[e.key] = (e.count, round(e.cpu_time_total / 5, 1))
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(20):
+        fn()
+    profiler.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(8)
+    hot = [ln for ln in text.getvalue().splitlines() if ln.strip()][-9:]
     line = (f"enqueue {enqueue:7.1f}  synced {statistics.median(synced):7.1f}  do_bench {bench:7.1f}"
             f"  graph {graph:7.1f} µs")  # fmt: skip
     print(line, flush=True)
     print(f"      runtime calls a call (count over 5, host µs a call): {calls}", flush=True)
-    out.write(line + "\n" + f"      {calls}\n")
+    print("\n".join(hot), flush=True)
+    out.write(line + "\n" + f"      {calls}\n" + "\n".join(hot) + "\n")
 
 
 DECISIONS = ("forward_holds_row_in_group", "forward_holds_row_on_chip",
@@ -99,7 +115,7 @@ def main(out_path):
                     head = f"{m}x{n} {name} {'forced default' if forced else 'product'} {used}"
                     print(head, flush=True)
                     out.write(head + "\n")
-                    _measure(fn, out)
+                    _measure(fn, out, graphable=name == "fwd")
             for decision in DECISIONS:
                 setattr(launch, decision, original[decision])
 
