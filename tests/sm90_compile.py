@@ -113,7 +113,7 @@ def _compile_held_group_backward_ptx(case: dict) -> str:
     from impls.triton_rmsnorm import gluon_kernels, launch
 
     n, x = case["block_n"], case["x"]
-    pointer_types = {**_held_backward_pointers(x), "DOT": "fp32", "COUNT": "i32"}
+    pointer_types = {**_held_backward_pointers(x), "SUMS": "i64"}
     group = launch.cdiv(n, launch.HELD_GROUP_SLICE)
     constexprs = {"N": n, "GROUP": group, "GROUP_PADDED": launch.next_power_of_2(group),
                   "CHUNK": launch.HELD_BACKWARD_CHUNK, "CHUNKS": launch.HELD_GROUP_CHUNKS,
@@ -129,7 +129,7 @@ def _compile_held_group_forward_ptx(case: dict) -> str:
     from impls.triton_rmsnorm import gluon_kernels, launch
 
     n, x = case["block_n"], case["x"]
-    pointer_types = {"X": x, "W": x, "Y": x, "RSTD": "fp32", "DOT": "fp32", "COUNT": "i32"}
+    pointer_types = {"X": x, "W": x, "Y": x, "RSTD": "fp32", "SUMS": "i64"}
     group = launch.cdiv(n, launch.HELD_GROUP_FORWARD_SLICE)
     constexprs = {"N": n, "GROUP": group, "GROUP_PADDED": launch.next_power_of_2(group),
                   "SLICE": launch.HELD_GROUP_FORWARD_SLICE, "RING": launch.HELD_GROUP_FORWARD_RING,
@@ -191,10 +191,11 @@ def main(cases: list[dict]) -> list[dict]:
         if case["kernel"] == "held_row":  # its rows go through shared memory by cp.async
             found["cp.async"] = "cp.async.cg.shared.global" in ptx
         if case["kernel"] in ("held_group_bwd", "held_group_fwd"):  # the exchange's ordering
-            # (an add whose result is unused is a red, not an atom, on later Tritons)
-            found["release adds"] = len(re.findall(r"(?:atom|red)\.global\.gpu\.release\.add", ptx))
-            found["acquire polls"] = ptx.count("ld.global.gpu.acquire")
-            found["volatile loads"] = ptx.count("ld.volatile.global")
+            found["relaxed exchanges"] = len(
+                re.findall(r"atom\.global\.gpu\.relaxed\.exch\.b64", ptx)
+            )
+            found["acquires or releases"] = len(re.findall(r"\.(?:acquire|release)\b", ptx))
+            found["volatile loads"] = len(re.findall(r"ld\.volatile\.global\.(?:v2\.)?b64", ptx))
         if case["kernel"] in ("held_row_bwd", "held_group_bwd", "held_group_fwd"):  # 16 bytes
             found["staged vectors"] = ptx.count("cp.async.cg.shared.global")
             found["vector stores"] = ptx.count("st.global.v4.b32")

@@ -15,6 +15,7 @@ from impls.triton_rmsnorm import launch
 from tests import sm90_compile
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
+from tests.test_held_row_backward import assert_every_slice_published, record_exchanges
 from tests.test_triton_features import TOL, _assert_matches_oracle
 
 WIDEST = launch.HELD_ROW_MAX_N
@@ -241,9 +242,9 @@ def test_forward_measures_the_group_beside_the_default_path(monkeypatch):
 
 
 def test_held_group_forward_compiles_for_sm90():
-    """Compiled for sm_90 (no GPU): the exchange's release adds (the first row and the rows
-    after), acquire polls (the first and the loop's), the volatile load of the slices' sums;
-    16-byte copies and stores (8 warps: 4 vectors of a 16-bit slice a thread; w, 2 ring slots,
+    """Compiled for sm_90 (no GPU): the exchange's relaxed 64-bit exchanges (the first row and
+    the rows after) and volatile 64-bit loads (the early one and the poll's), and no acquire or
+    release; 16-byte copies and stores (8 warps: 4 vectors of a 16-bit slice a thread; w, 2 ring slots,
     a slot restaged a row; y)."""
     pytest.importorskip(
         "triton.backends.nvidia.compiler", reason="Triton without its NVIDIA backend"
@@ -252,7 +253,7 @@ def test_held_group_forward_compiles_for_sm90():
         pytest.skip("this Triton has no Gluon")
     cases = [{"kernel": "held_group_fwd", "x": x, "block_n": n}
              for x, n in (("bf16", GROUPED), ("fp16", WIDEST + 16))]  # fmt: skip
-    expected = {"release adds": 2, "acquire polls": 2, "volatile loads": 1,
+    expected = {"relaxed exchanges": 2, "acquires or releases": 0, "volatile loads": 2,
                 "staged vectors": 4 * (1 + 2 + 1), "vector stores": 4}  # fmt: skip
     found = sm90_compile.run(cases)
     assert [{k: f[k] for k in expected} for f in found] == [expected, expected]
@@ -307,30 +308,23 @@ def test_held_group_forward_matches_the_oracle(monkeypatch, shape, dtype):
 @needs_group_gpu
 @pytest.mark.parametrize("spin_limit", [0, 8], ids=["no polls", "8 polls"])
 def test_held_group_forward_falls_back_on_every_row(monkeypatch, spin_limit):
-    """Arrival counts that start far below zero never complete a group: every program, once its
-    polls are spent, sums every row alone from global memory and still publishes its own sums;
-    the result matches the oracle, and the counts show every program's arrival on every row."""
+    """Readers that look for tags one past the writers' never find a group complete: every
+    program, once its polls are spent, sums every row alone from global memory and still
+    publishes its own sums; y and rstd (member 0's, from its own sum) match the reference, and
+    the exchange shows every program's sum on every row."""
     _force_group(monkeypatch)
     monkeypatch.setattr(launch, "HELD_GROUP_SPIN_LIMIT", spin_limit)
-    start = -(2**30)
-    monkeypatch.setattr(launch, "HELD_GROUP_ARRIVALS_START", start)
-    filled = []
-    full = torch.full
-
-    def recording_full(size, value, **kwargs):
-        out = full(size, value, **kwargs)
-        if value == start:
-            filled.append(out)
-        return out
-
-    monkeypatch.setattr(torch, "full", recording_full)
+    monkeypatch.setattr(launch, "HELD_GROUP_TAG_OFFSET", 1)
+    exchanges = record_exchanges(monkeypatch)
     inputs = make_inputs((300, GROUPED), torch.bfloat16, DEVICE)
-    y, _, _ = launch.rmsnorm_forward(inputs.x, inputs.weight, 1e-5)
+    y, rstd, _ = launch.rmsnorm_forward(inputs.x, inputs.weight, 1e-5)
     ref = reference(inputs.x, inputs.weight, 1e-5, inputs.dy)
     report = compare("y", y, ref.y, y.dtype, TOL["y"], GROUPED)
     assert report.passed, report.summary()
-    group = launch.cdiv(GROUPED, SLICE)
-    assert len(filled) == 1 and torch.equal(filled[0], torch.full_like(filled[0], start + group))
+    rstd_ref = torch.rsqrt(inputs.x.double().pow(2).mean(1) + 1e-5)
+    torch.testing.assert_close(rstd.double(), rstd_ref, rtol=1e-6, atol=0)
+    assert len(exchanges) == 1
+    assert_every_slice_published(exchanges[0], 300, launch.cdiv(GROUPED, SLICE))
 
 
 @needs_group_gpu
@@ -364,7 +358,14 @@ def test_held_group_forward_with_strided_rows(monkeypatch):
 
 @needs_group_gpu
 def test_held_group_forward_fp32_weight_takes_the_default_path():
-    x = torch.zeros(4, GROUPED, dtype=torch.bfloat16, device=DEVICE)
-    w = torch.ones(GROUPED, dtype=torch.float32, device=DEVICE)
-    assert not launch.forward_holds_row_in_group(x, x, w, False)
-    assert launch.forward_holds_row_in_group(x, x, w.bfloat16(), False)
+    """w is staged 16-bit: an fp32 w leaves the rows to the looped path, which matches the
+    oracle."""
+    inputs = make_inputs((300, GROUPED), torch.bfloat16, DEVICE)  # not split: looped
+    w = inputs.weight.float()
+    assert not launch.forward_holds_row_in_group(inputs.x, inputs.x, w, False)
+    assert launch.forward_holds_row_in_group(inputs.x, inputs.x, inputs.weight, False)
+    launch.take_launch_configs()
+    _assert_matches_oracle(inputs.x, w, inputs.dy)
+    launched = launch.take_launch_configs()
+    assert "rmsnorm_fwd_looped_kernel" in launched
+    assert "rmsnorm_fwd_held_group_kernel" not in launched

@@ -247,8 +247,9 @@ def rmsnorm_bwd_held_row_kernel(
 
 @gluon.jit
 def rmsnorm_bwd_held_group_kernel(
-    X, W, DY, RSTD, DX, DW_PARTIAL, DH_OUT, DOT, COUNT,
+    X, W, DY, RSTD, DX, DW_PARTIAL, DH_OUT, SUMS,
     stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, M, rows_per_group, offset,
+    tag_offset,
     N: gl.constexpr,  # at most GROUP slices of CHUNKS * CHUNK columns
     GROUP: gl.constexpr,  # programs a row: each owns one slice of its columns
     GROUP_PADDED: gl.constexpr,  # GROUP's next power of two
@@ -266,17 +267,16 @@ def rmsnorm_bwd_held_group_kernel(
     slice staged once, the slice's dw accumulator in registers; a group walks a contiguous chunk
     of rows, its dw partial row in DW_PARTIAL[group]).
 
-    mean(g * x_hat) needs the whole row: each program stores its slice's sum in
-    DOT[row * GROUP + member], then adds 1 to COUNT[row] (release; COUNT zeroed by the caller),
-    and before the row's second pass polls COUNT[row] (acquire) until the group has published,
-    then sums DOT's GROUP values in one fixed order, so every member gets the same bits. The
-    first pass runs one row ahead: a program publishes row j + 1 before it waits on row j (the
-    ring holds two rows' slices), so its partners have a pass's time to publish. The launch must
-    be cooperative (every program resident at once; launch.py). A program has SPIN_LIMIT polls
-    for all its rows; a row whose group it finds incomplete once they are spent it sums whole
-    from global memory, in another order: never stuck for long, correct, its mean possibly apart
-    from its partners' in the last bits. Its own sums it publishes all the same, so its partners
-    never wait on it.
+    mean(g * x_hat) needs the whole row: the slices' sums are exchanged through SUMS, one word
+    a (row, member) carrying the sum and the row's tag (_publish_sum, _read_sums). The first
+    pass runs one row ahead: a program publishes row j + 1 before it needs row j (the ring holds
+    two rows' slices), so its partners have a pass's time to publish, and it loads row j's words
+    before that pass, so the load's round trip overlaps the pass; it loads them again only if a
+    partner's is missing. The launch must be cooperative (every program resident at once;
+    launch.py). A program has SPIN_LIMIT polls for all its rows; a row whose group it finds
+    incomplete once they are spent it sums whole from global memory, in another order: never
+    stuck for long, correct, its mean possibly apart from its partners' in the last bits. Its own
+    sums it publishes all the same, so its partners never wait on it.
 
     The sequence of staged chunks and its cp.async groups as in rmsnorm_bwd_held_row_kernel, the
     first pass of row j + 1 waiting with RING - 1 - CHUNKS - k later groups allowed pending.
@@ -308,7 +308,7 @@ def rmsnorm_bwd_held_group_kernel(
     # the first row's first pass
     dot = _staged_dot(x_ring, dy_ring, w_held, 0, slice_start, chunk_cols, offset,
                       layout, N, CHUNK, CHUNKS, RING, RING - 1)  # fmt: skip
-    _publish_dot(DOT, COUNT, row_start, member, dot, GROUP)  # every group has a row
+    _publish_sum(SUMS, row_start, member, dot, GROUP)  # every group has a row
     dw_0 = gl.zeros([CHUNK], gl.float32, layout)
     dw_1 = gl.zeros([CHUNK], gl.float32, layout)
     part_ids = gl.arange(0, GROUP_PADDED, layout=parts_layout)
@@ -317,16 +317,16 @@ def rmsnorm_bwd_held_group_kernel(
         j = row - row_start
         first_slot = (j * CHUNKS % RING).to(gl.int32)
         next_slot = ((j + 1) * CHUNKS % RING).to(gl.int32)
+        words = _load_sums(SUMS, row, part_ids, GROUP)  # in flight over the next row's pass
         dot = _staged_dot(x_ring, dy_ring, w_held, next_slot, slice_start, chunk_cols, offset,
                           layout, N, CHUNK, CHUNKS, RING, RING - 1 - CHUNKS)  # fmt: skip
         if row + 1 < row_end:
-            _publish_dot(DOT, COUNT, row + 1, member, dot, GROUP)
-        count, polls = _await_partners(COUNT, row, polls, GROUP, SPIN_LIMIT)
-        if count < GROUP:  # partners absent: the whole row from global memory
+            _publish_sum(SUMS, row + 1, member, dot, GROUP)
+        complete, total, polls = _read_sums(SUMS, words, row, tag_offset, part_ids, polls, GROUP,
+                                            SPIN_LIMIT)  # fmt: skip
+        if complete == 0:  # partners absent: the whole row from global memory
             total = _row_dot_from_global(X, W, DY, row, stride_x_row, stride_dy_row, chunk_cols,
                                          offset, layout, N, CHUNK)  # fmt: skip
-        else:
-            total = _published_total(DOT, row, part_ids, GROUP)
         rstd = gl.load(RSTD + row)
         mean_gx = total * rstd / N
         for k in gl.static_range(CHUNKS):  # second pass: dx and dw, then restage the slot
@@ -345,32 +345,44 @@ def rmsnorm_bwd_held_group_kernel(
 
 
 @gluon.jit
-def _publish_dot(DOT, COUNT, row, member, dot, GROUP: gl.constexpr):
-    """This slice's sum for the row, then one more arrival on the row's count (release). Triton
-    makes both from one thread; the barrier orders the store before the add should a lowering
-    make them from two."""
-    gl.store(DOT + row * GROUP + member, dot)
-    _cta_barrier()
-    gl.atomic_add(COUNT + row, 1, sem="release", scope="gpu")
+def _publish_sum(SUMS, row, member, value, GROUP: gl.constexpr):
+    """This slice's fp32 sum for the row, published as one 64-bit word: the row's tag (row + 1)
+    above the sum's bits, at SUMS[row * GROUP + member], by a relaxed exchange (single-copy
+    atomic). A reader that sees the tag has the sum with it and reads nothing else, so neither
+    side needs release or acquire ordering. SUMS is zeroed by the caller (no tag is 0)."""
+    bits = value.to(gl.int32, bitcast=True).to(gl.int64) & 0xFFFFFFFF
+    gl.atomic_xchg(SUMS + row * GROUP + member, bits | ((row + 1) << 32), sem="relaxed",
+                   scope="gpu")  # fmt: skip
 
 
 @gluon.jit
-def _await_partners(COUNT, row, polls, GROUP: gl.constexpr, SPIN_LIMIT: gl.constexpr):
-    """Poll the row's arrival count (acquire) until the whole group has published or the
-    program's polls (`polls` so far, all its rows together) reach SPIN_LIMIT: (count, polls)."""
-    count = gl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
-    while (count < GROUP) & (polls < SPIN_LIMIT):
-        count = gl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
+def _load_sums(SUMS, row, part_ids, GROUP: gl.constexpr):
+    """The row's GROUP published words (volatile: partners write them while this program runs)."""
+    return gl.load(SUMS + row * GROUP + part_ids, mask=part_ids < GROUP, other=0, volatile=True)
+
+
+@gluon.jit
+def _sums_complete(words, row, tag_offset, part_ids, GROUP: gl.constexpr):
+    """1 if every member's word carries the row's tag (plus tag_offset: 0, or, in the tests,
+    an offset no writer uses, so that no group is ever complete), else 0."""
+    tagged = ((words >> 32) == row + 1 + tag_offset) | (part_ids >= GROUP)
+    return gl.min(tagged.to(gl.int32), axis=0)
+
+
+@gluon.jit
+def _read_sums(SUMS, words, row, tag_offset, part_ids, polls, GROUP: gl.constexpr,
+               SPIN_LIMIT: gl.constexpr):  # fmt: skip
+    """(complete, total, polls): words, the row's words as first loaded, loaded again while a
+    member's is missing and the program's polls (all its rows together) are below SPIN_LIMIT;
+    total, the sum of the group's values in one fixed order (every member gets the same bits),
+    meaningful when complete is 1."""
+    complete = _sums_complete(words, row, tag_offset, part_ids, GROUP)
+    while (complete == 0) & (polls < SPIN_LIMIT):
+        words = _load_sums(SUMS, row, part_ids, GROUP)
+        complete = _sums_complete(words, row, tag_offset, part_ids, GROUP)
         polls += 1
-    return count, polls
-
-
-@gluon.jit
-def _published_total(DOT, row, part_ids, GROUP: gl.constexpr):
-    """The sum of the group's GROUP published values for the row, in one fixed order (every
-    member gets the same bits); volatile, as a partner wrote them after this program began."""
-    parts = gl.load(DOT + row * GROUP + part_ids, mask=part_ids < GROUP, other=0.0, volatile=True)
-    return gl.sum(parts, axis=0)
+    values = (words & 0xFFFFFFFF).to(gl.int32).to(gl.float32, bitcast=True)
+    return complete, gl.sum(gl.where(part_ids < GROUP, values, 0.0), axis=0), polls
 
 
 @gluon.jit
@@ -422,7 +434,7 @@ def _row_sumsq_from_global(X, row, stride_x_row, chunk_cols, layout: gl.constexp
 
 @gluon.jit
 def rmsnorm_fwd_held_group_kernel(
-    X, W, Y, RSTD, DOT, COUNT, stride_x_row, stride_y_row, M, rows_per_group, eps, offset,
+    X, W, Y, RSTD, SUMS, stride_x_row, stride_y_row, M, rows_per_group, eps, offset, tag_offset,
     N: gl.constexpr,  # at most GROUP slices of SLICE columns
     GROUP: gl.constexpr,  # programs a row: each owns one slice of its columns
     GROUP_PADDED: gl.constexpr,  # GROUP's next power of two
@@ -434,17 +446,18 @@ def rmsnorm_fwd_held_group_kernel(
     """RMSNorm forward of 16-bit rows too wide for one SM, read from HBM once: GROUP programs
     share each row, program `member` of its group owning columns [member * SLICE, (member + 1)
     * SLICE); its slice of each row staged in a shared-memory ring (cp.async, one group a slot,
-    RING rows ahead), w's slice staged once. A group walks a contiguous chunk of rows.
+    restaged with the row RING rows on once its y is written), w's slice staged once. A group
+    walks a contiguous chunk of rows.
 
-    The sum of squares needs the whole row: the exchange of rmsnorm_bwd_held_group_kernel. Each
-    program stores its slice's sum in DOT[row * GROUP + member], then adds 1 to COUNT[row]
-    (release; COUNT zeroed by the caller); it publishes row j + 1 before it waits (acquire
-    polls) on row j, so its partners have a row's time to publish; then it sums DOT's GROUP
-    values in one fixed order (every member gets the same bits; member 0 stores rstd) and writes
-    its slice of y. The launch must be cooperative (every program resident at once; launch.py).
-    A program has SPIN_LIMIT polls for all its rows; a row whose group it finds incomplete once
-    they are spent it sums whole from global memory (another order: its rstd possibly apart
-    from its partners' in the last bits), and it publishes its own sums all the same.
+    The sum of squares needs the whole row: the exchange of rmsnorm_bwd_held_group_kernel (one
+    word a slice through SUMS, tagged with its row; _publish_sum, _read_sums). A program
+    publishes row j + 1 before it needs row j, so its partners have a row's time to publish, and
+    loads row j's words before that, then sums the group's values in one fixed order (every
+    member gets the same bits; member 0 stores rstd) and writes its slice of y. The launch must
+    be cooperative (every program resident at once; launch.py). A program has SPIN_LIMIT polls
+    for all its rows; a row whose group it finds incomplete once they are spent it sums whole
+    from global memory (another order: its rstd possibly apart from its partners' in the last
+    bits), and it publishes its own sums all the same.
 
     Before the loop the first row's slice is waited for with RING - 1 later groups allowed
     pending; in the loop the next row's with RING - 2 (a slot is restaged, one group, after its
@@ -473,20 +486,20 @@ def rmsnorm_fwd_held_group_kernel(
     for s in gl.static_range(RING):
         _stage_slice(x_ring, s, X, stride_x_row, row_start + s, row_end, cols, N)
     sumsq = _staged_sumsq(x_ring, 0, cols, layout, N, RING - 1)
-    _publish_dot(DOT, COUNT, row_start, member, sumsq, GROUP)  # every group has a row
+    _publish_sum(SUMS, row_start, member, sumsq, GROUP)  # every group has a row
     part_ids = gl.arange(0, GROUP_PADDED, layout=parts_layout)
     polls = 0  # over all of the program's rows: once spent, no row waits again
     for row in range(row_start, row_end):
         j = row - row_start
         slot = (j % RING).to(gl.int32)
+        words = _load_sums(SUMS, row, part_ids, GROUP)  # in flight over the next row's sum
         sumsq = _staged_sumsq(x_ring, ((j + 1) % RING).to(gl.int32), cols, layout, N, RING - 2)
         if row + 1 < row_end:
-            _publish_dot(DOT, COUNT, row + 1, member, sumsq, GROUP)
-        count, polls = _await_partners(COUNT, row, polls, GROUP, SPIN_LIMIT)
-        if count < GROUP:  # partners absent: the whole row from global memory
+            _publish_sum(SUMS, row + 1, member, sumsq, GROUP)
+        complete, total, polls = _read_sums(SUMS, words, row, tag_offset, part_ids, polls, GROUP,
+                                            SPIN_LIMIT)  # fmt: skip
+        if complete == 0:  # partners absent: the whole row from global memory
             total = _row_sumsq_from_global(X, row, stride_x_row, slice_cols, layout, N, SLICE)
-        else:
-            total = _published_total(DOT, row, part_ids, GROUP)
         rstd = 1.0 / gl.sqrt_rn(total / N + eps)
         if member == 0:
             gl.store(RSTD + row, rstd)

@@ -121,18 +121,20 @@ HELD_BACKWARD_WARPS = (16, 32)
 #: exchanged through global memory; HELD_GROUP_RING slots, HELD_GROUP_WARPS warps, a cooperative
 #: launch of at most one program per SM (measured at the first call with the wide path). On the
 #: H200 (bf16, 64-2048 rows of 65536-1048576 columns) it ran 1.12-1.20x the wide path, 54-70% of
-#: the copy (results/nvidia-h200/probes/2026-11-30-efadf974d067-backward-held-group-ab.txt).
+#: the copy (results/nvidia-h200/probes/2026-11-30-efadf974d067-backward-held-group-ab.txt), and
+#: 1.07-1.14x that at 65536-262144 columns (70-79%) once each slice's sum and its row's tag
+#: travelled in one word, read early (...-f6e941568a02-backward-held-group-packed-ab.txt).
 HELD_GROUP_CHUNKS = 2
 HELD_GROUP_SLICE = HELD_GROUP_CHUNKS * HELD_BACKWARD_CHUNK
 HELD_GROUP_RING = 5
 HELD_GROUP_WARPS = 8
-#: Polls of the rows' arrivals a program makes, all its rows together, before it stops waiting
-#: and sums rows alone (never met in the probe's runs: a cooperative launch keeps every partner
-#: resident).
+#: Polls of a row's published sums a program makes, all its rows together, before it stops
+#: waiting and sums rows alone (never met in the probes' runs: a cooperative launch keeps every
+#: partner resident).
 HELD_GROUP_SPIN_LIMIT = 1 << 20
-#: What a call's arrival counts start from: 0. The tests start them far below zero, so that no
-#: group ever looks complete and every program takes the fallback on every row.
-HELD_GROUP_ARRIVALS_START = 0
+#: How far past the writers' tags the grouped kernels' readers look: 0. The tests set 1, so
+#: that no group ever looks complete and every program takes the fallback on every row.
+HELD_GROUP_TAG_OFFSET = 0
 #: Chunk width of the split kernels (wide rows, fewer of them than SMs): one program per
 #: (row, chunk).
 SPLIT_BLOCK_N = 16384
@@ -994,21 +996,19 @@ def _held_group_forward_programs_per_sm(device_index: int) -> int:
 def _forward_held_group(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
     """Rows shared by a group of programs (forward_holds_row_in_group says when): as many groups
     as fit _held_group_forward_programs_per_sm programs an SM, each walking a contiguous chunk
-    of rows; a fixed configuration. Allocates one fp32 per (row, slice) and one int32 per row
-    (the exchange)."""
+    of rows; a fixed configuration. Allocates one int64 per (row, slice) (the exchange)."""
     m, n = x.shape
     group = cdiv(n, HELD_GROUP_FORWARD_SLICE)
     per_sm = _held_group_forward_programs_per_sm(x.device.index or 0)
     groups, rows_per_group = _row_groups(m, group, x.device, per_sm)
-    sums = torch.empty((m * group,), dtype=torch.float32, device=x.device)
-    arrivals = torch.full((m,), HELD_GROUP_ARRIVALS_START, dtype=torch.int32, device=x.device)
+    sums = torch.zeros((m * group,), dtype=torch.int64, device=x.device)
     config = {"GROUP": group, "GROUP_PADDED": next_power_of_2(group),
               "SLICE": HELD_GROUP_FORWARD_SLICE, "RING": HELD_GROUP_FORWARD_RING,
               "WARPS": HELD_GROUP_FORWARD_WARPS}  # fmt: skip
     meta = {"N": n, **config, "SPIN_LIMIT": HELD_GROUP_SPIN_LIMIT,
             "num_warps": HELD_GROUP_FORWARD_WARPS, "launch_cooperative_grid": True}  # fmt: skip
-    args = (x, weight, y, rstd, sums, arrivals, strides[0], strides[1], m, rows_per_group, eps,
-            offset)  # fmt: skip
+    args = (x, weight, y, rstd, sums, strides[0], strides[1], m, rows_per_group, eps, offset,
+            HELD_GROUP_TAG_OFFSET)  # fmt: skip
     direct.launch(gluon_kernels.rmsnorm_fwd_held_group_kernel, (groups * group,), args, meta,
                   x.get_device())  # fmt: skip
     _LAUNCHED["rmsnorm_fwd_held_group_kernel"] = {
@@ -1050,8 +1050,8 @@ def rmsnorm_backward(
     added to dx, which is then also the residual's gradient.
 
     Allocates dx, dw, the [programs, N] fp32 partials (programs <= SM count) and, for wide rows,
-    one fp32 per row (and per 16384-wide chunk when rows are split; per 16384-wide slice, and
-    one int32 per row, when a group of programs holds each row); nothing else. dw is the
+    one fp32 per row (and per 16384-wide chunk when rows are split; one int64 per 16384-wide
+    slice instead when a group of programs holds each row); nothing else. dw is the
     partials' fp32 sum in a fixed order, rounded once.
     """
     offset = float(offset)
@@ -1345,21 +1345,20 @@ def _held_group_fits_device(device: torch.device, n: int) -> bool:
 def _backward_held_group(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw) -> None:
     """Rows shared by a group of programs (backward_holds_row_in_group says when): as many
     groups as fit one program per SM, each walking a contiguous chunk of rows; a fixed
-    configuration. Allocates, beside the partials, one fp32 per (row, slice) and one int32 per
-    row (the exchange): M x GROUP fp32, dx's bytes / 8192 for 16-bit rows."""
+    configuration. Allocates, beside the partials, one int64 per (row, slice) (the exchange):
+    dx's bytes / 4096 for 16-bit rows."""
     m, n = x.shape
     group = cdiv(n, HELD_GROUP_SLICE)
     groups, rows_per_group = _row_groups(m, group, x.device)
     dw_partial = torch.empty((groups, n), dtype=torch.float32, device=x.device)
-    dots = torch.empty((m * group,), dtype=torch.float32, device=x.device)
-    arrivals = torch.full((m,), HELD_GROUP_ARRIVALS_START, dtype=torch.int32, device=x.device)
+    sums = torch.zeros((m * group,), dtype=torch.int64, device=x.device)
     config = {"GROUP": group, "GROUP_PADDED": next_power_of_2(group),
               "CHUNK": HELD_BACKWARD_CHUNK, "CHUNKS": HELD_GROUP_CHUNKS, "RING": HELD_GROUP_RING,
               "WARPS": HELD_GROUP_WARPS}  # fmt: skip
     meta = {"N": n, **config, "HAS_DH_OUT": has_dh_out, "SPIN_LIMIT": HELD_GROUP_SPIN_LIMIT,
             "num_warps": HELD_GROUP_WARPS, "launch_cooperative_grid": True}  # fmt: skip
-    args = (x, weight, dy, rstd, dx, dw_partial, dh_arg, dots, arrivals, x.stride(0),
-            dy.stride(0), dx.stride(0), dh_arg.stride(0), m, rows_per_group, offset)  # fmt: skip
+    args = (x, weight, dy, rstd, dx, dw_partial, dh_arg, sums, x.stride(0), dy.stride(0),
+            dx.stride(0), dh_arg.stride(0), m, rows_per_group, offset, HELD_GROUP_TAG_OFFSET)  # fmt: skip
     direct.launch(gluon_kernels.rmsnorm_bwd_held_group_kernel, (groups * group,), args, meta,
                   x.get_device())  # fmt: skip
     _LAUNCHED["rmsnorm_bwd_held_group_kernel"] = {**config, "num_warps": HELD_GROUP_WARPS}
