@@ -244,8 +244,8 @@ def test_forward_measures_the_group_beside_the_default_path(monkeypatch):
 def test_held_group_forward_compiles_for_sm90():
     """Compiled for sm_90 (no GPU): the exchange's relaxed 64-bit exchanges (the first row and
     the rows after) and volatile 64-bit loads (the early one and the poll's), and no acquire or
-    release; 16-byte copies and stores (8 warps: 4 vectors of a 16-bit slice a thread; w, 2 ring slots,
-    a slot restaged a row; y)."""
+    release; 16-byte copies and stores (8 warps: 4 vectors of a 16-bit slice a thread; w, 2
+    ring slots, a slot restaged a row; y)."""
     pytest.importorskip(
         "triton.backends.nvidia.compiler", reason="Triton without its NVIDIA backend"
     )

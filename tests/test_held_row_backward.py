@@ -269,8 +269,9 @@ def test_device_part_of_the_group_decision(monkeypatch):
 def test_held_group_backward_compiles_for_sm90():
     """Compiled for sm_90 (no GPU): the exchange's relaxed 64-bit exchanges (two: the first row
     and the rows after) and volatile 64-bit loads (the early one and the poll's), and no
-    acquire or release; 16-byte copies and stores (8 warps: 4 vectors of a 16-bit chunk a thread, 8 of an
-    fp32 one; 5 ring slots, w's 2 chunks, 2 chunks restaged a row; dx and the dw partials)."""
+    acquire or release; 16-byte copies and stores (8 warps: 4 vectors of a 16-bit chunk a
+    thread, 8 of an fp32 one; 5 ring slots, w's 2 chunks, 2 chunks restaged a row; dx and the
+    dw partials)."""
     pytest.importorskip(
         "triton.backends.nvidia.compiler", reason="Triton without its NVIDIA backend"
     )

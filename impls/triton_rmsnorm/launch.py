@@ -98,6 +98,8 @@ HELD_ROW_SCRATCH_BYTES = 4096
 #: 1048576) it ran 1.17-1.23x those, 72-80% of the copy, 8192-column slices at 4 an SM ahead of
 #: 16384 at 2 (1.13-1.16x) and at 1 (1.10x); at 131072 columns 0.91x the held row, so it starts
 #: past it (results/nvidia-h200/probes/2026-11-30-bb689b9d08e7-forward-held-group-sweep.txt).
+#: With v22's exchange (one tagged word a slice) 80-82% at 262144 and 1048576 columns
+#: (results/nvidia-h200/2026-11-30-ef67b6007d7c-wide.jsonl).
 HELD_GROUP_FORWARD_SLICE = 8192
 HELD_GROUP_FORWARD_RING = 2
 HELD_GROUP_FORWARD_PER_SM = 4
@@ -946,9 +948,10 @@ def _forward_held_row(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, ha
 
 def forward_holds_row_in_group(x, y, weight, has_residual: bool) -> bool:
     """Whether the grouped held-row forward can serve x: 16-bit rows wider than HELD_ROW_MAX_N
-    with N a multiple of 8, a 16-bit w at a 16-byte address (staged by cp.async), no residual,
-    x and y rows on 16 bytes (_rows_on_16_bytes), Gluon present, inline PTX runnable, on a
-    Hopper-class device where every slice of a row has a program slot
+    with N a multiple of 8 (and, as y's rows are N apart and must start on 16 bytes, of 16 in
+    effect), a 16-bit w at a 16-byte address (staged by cp.async), no residual, x and y rows on
+    16 bytes (_rows_on_16_bytes), Gluon present, an NVIDIA GPU and not the interpreter
+    (_inline_ptx_runs), a Hopper-class device where every slice of a row has a program slot
     (_held_group_forward_fits_device)."""
     n = x.shape[1]
     sixteen_bit = (torch.float16, torch.bfloat16)
@@ -1358,7 +1361,8 @@ def _backward_held_group(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw
     meta = {"N": n, **config, "HAS_DH_OUT": has_dh_out, "SPIN_LIMIT": HELD_GROUP_SPIN_LIMIT,
             "num_warps": HELD_GROUP_WARPS, "launch_cooperative_grid": True}  # fmt: skip
     args = (x, weight, dy, rstd, dx, dw_partial, dh_arg, sums, x.stride(0), dy.stride(0),
-            dx.stride(0), dh_arg.stride(0), m, rows_per_group, offset, HELD_GROUP_TAG_OFFSET)  # fmt: skip
+            dx.stride(0), dh_arg.stride(0), m, rows_per_group, offset,
+            HELD_GROUP_TAG_OFFSET)  # fmt: skip
     direct.launch(gluon_kernels.rmsnorm_bwd_held_group_kernel, (groups * group,), args, meta,
                   x.get_device())  # fmt: skip
     _LAUNCHED["rmsnorm_bwd_held_group_kernel"] = {**config, "num_warps": HELD_GROUP_WARPS}
