@@ -74,10 +74,10 @@ def test_device_part_of_the_decision(monkeypatch):
         assert launch._held_row_fits_device(cuda, n) is fits, (capability, shared, n)
 
 
-def test_forward_measures_it_beside_the_default_path(monkeypatch):
-    """Where it is offered, the forward's first call measures it against the default path
-    (looped or split) rather than taking it blindly."""
-    monkeypatch.setattr(launch, "forward_holds_row_on_chip", lambda x, y, has_residual: True)
+def _offered_forward_paths(monkeypatch, decision: str, n: int) -> list:
+    """The paths the forward's first call measures for [4, n] when `decision` says yes (every
+    other decision as the device makes it)."""
+    monkeypatch.setattr(launch, decision, lambda *args: True)
     monkeypatch.setattr(launch, "autotuning", lambda: True)
     monkeypatch.setattr(launch, "_REPLAYABLE", False)
     offered = []
@@ -87,9 +87,18 @@ def test_forward_measures_it_beside_the_default_path(monkeypatch):
         return lambda *args: None
 
     monkeypatch.setattr(launch, "_measured_path", measured)
-    x = torch.zeros(4, WIDEST, dtype=torch.bfloat16, device=DEVICE)
+    x = torch.zeros(4, n, dtype=torch.bfloat16, device=DEVICE)
     launch.rmsnorm_forward(x, x[0], 1e-6)
-    assert offered == [[*launch._forward_paths(4, WIDEST, x.device), launch._forward_held_row]]
+    return offered
+
+
+def test_forward_measures_it_beside_the_default_path(monkeypatch):
+    """Where it is offered, the forward's first call measures it against the default path
+    (looped or split) rather than taking it blindly."""
+    offered = _offered_forward_paths(monkeypatch, "forward_holds_row_on_chip", WIDEST)
+    assert offered == [
+        [*launch._forward_paths(4, WIDEST, torch.device(DEVICE)), launch._forward_held_row]
+    ]
 
 
 _COMPILED_CASES = [
@@ -226,19 +235,10 @@ def test_programs_an_sm_follow_its_shared_memory(monkeypatch):
 
 def test_forward_measures_the_group_beside_the_default_path(monkeypatch):
     """Where it is offered, the forward's first call measures it against the default path."""
-    monkeypatch.setattr(launch, "forward_holds_row_in_group", lambda x, y, w, has_residual: True)
-    monkeypatch.setattr(launch, "autotuning", lambda: True)
-    monkeypatch.setattr(launch, "_REPLAYABLE", False)
-    offered = []
-
-    def measured(key, paths, args, device):
-        offered.append(list(paths))
-        return lambda *args: None
-
-    monkeypatch.setattr(launch, "_measured_path", measured)
-    x = torch.zeros(4, GROUPED, dtype=torch.bfloat16, device=DEVICE)
-    launch.rmsnorm_forward(x, x[0], 1e-6)
-    assert offered == [[*launch._forward_paths(4, GROUPED, x.device), launch._forward_held_group]]
+    offered = _offered_forward_paths(monkeypatch, "forward_holds_row_in_group", GROUPED)
+    assert offered == [
+        [*launch._forward_paths(4, GROUPED, torch.device(DEVICE)), launch._forward_held_group]
+    ]
 
 
 def test_held_group_forward_compiles_for_sm90():
