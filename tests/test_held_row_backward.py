@@ -346,15 +346,21 @@ def assert_every_slice_published(words: torch.Tensor, m: int, group: int) -> Non
 
 
 @needs_group_gpu
-@pytest.mark.parametrize("spin_limit", [0, 8], ids=["no polls", "8 polls"])
-def test_held_group_backward_falls_back_on_every_row(monkeypatch, spin_limit):
+@pytest.mark.parametrize(
+    "spin_limit, tag_offset",
+    [(0, 1), (8, 1), (0, 0), (1, 0)],
+    ids=["never complete, no polls", "never complete, 8 polls", "no polls", "1 poll"],
+)
+def test_held_group_backward_falls_back_on_every_row(monkeypatch, spin_limit, tag_offset):
     """Readers that look for tags one past the writers' never find a group complete: every
     program, after its polls are spent (all its rows together), sums every row alone from
-    global memory and still publishes its own sums; the result matches the oracle, and the
-    exchange shows every program's sum on every row."""
+    global memory and still publishes its own sums. With the writers' tags and no poll or one,
+    whether a row is complete when first read is a race, and a program's warps, which poll on
+    their own, may see it differently: they must still agree. Either way the result matches the
+    oracle, and the exchange shows every program's sum on every row."""
     _force_group(monkeypatch)
     monkeypatch.setattr(launch, "HELD_GROUP_SPIN_LIMIT", spin_limit)
-    monkeypatch.setattr(launch, "HELD_GROUP_TAG_OFFSET", 1)
+    monkeypatch.setattr(launch, "HELD_GROUP_TAG_OFFSET", tag_offset)
     exchanges = record_exchanges(monkeypatch)
     inputs = make_inputs((300, GROUPED), torch.bfloat16, DEVICE)
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)

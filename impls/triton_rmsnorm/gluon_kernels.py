@@ -312,7 +312,8 @@ def rmsnorm_bwd_held_group_kernel(
     dw_0 = gl.zeros([CHUNK], gl.float32, layout)
     dw_1 = gl.zeros([CHUNK], gl.float32, layout)
     part_ids = gl.arange(0, GROUP_PADDED, layout=parts_layout)
-    polls = 0  # over all of the program's rows: once spent, no row waits again
+    lanes = gl.arange(0, 32 * WARPS, layout=parts_layout)  # one a thread (_read_sums)
+    polls = 0  # over all of the program's rows (each warp's own): once spent, no row waits
     for row in range(row_start, row_end):
         j = row - row_start
         first_slot = (j * CHUNKS % RING).to(gl.int32)
@@ -322,8 +323,8 @@ def rmsnorm_bwd_held_group_kernel(
                           layout, N, CHUNK, CHUNKS, RING, RING - 1 - CHUNKS)  # fmt: skip
         if row + 1 < row_end:
             _publish_sum(SUMS, row + 1, member, dot, GROUP)
-        complete, total, polls = _read_sums(SUMS, words, row, tag_offset, part_ids, polls, GROUP,
-                                            SPIN_LIMIT)  # fmt: skip
+        complete, total, polls = _read_sums(SUMS, words, row, tag_offset, part_ids, lanes, polls,
+                                            GROUP, SPIN_LIMIT)  # fmt: skip
         if complete == 0:  # partners absent: the whole row from global memory
             total = _row_dot_from_global(X, W, DY, row, stride_x_row, stride_dy_row, chunk_cols,
                                          offset, layout, N, CHUNK)  # fmt: skip
@@ -370,17 +371,25 @@ def _sums_complete(words, row, tag_offset, part_ids, GROUP: gl.constexpr):
 
 
 @gluon.jit
-def _read_sums(SUMS, words, row, tag_offset, part_ids, polls, GROUP: gl.constexpr,
+def _read_sums(SUMS, words, row, tag_offset, part_ids, lanes, polls, GROUP: gl.constexpr,
                SPIN_LIMIT: gl.constexpr):  # fmt: skip
     """(complete, total, polls): words, the row's words as first loaded, loaded again while a
-    member's is missing and the program's polls (all its rows together) are below SPIN_LIMIT;
+    member's is missing and polls (all the program's rows together) are below SPIN_LIMIT;
     total, the sum of the group's values in one fixed order (every member gets the same bits),
-    meaningful when complete is 1."""
+    meaningful when complete is 1.
+
+    The parts layout repeats the GROUP words in every warp, so each warp loads, polls and
+    counts its polls on its own. A warp whose polls ran out may find a row incomplete that
+    another warp found complete; the program's decision is therefore the warps' minimum, taken
+    across them (lanes: one element a thread, so the reduction goes through shared memory and
+    every thread gets the same value): complete only if every warp saw the row so, and then
+    every warp holds the same final words."""
     complete = _sums_complete(words, row, tag_offset, part_ids, GROUP)
     while (complete == 0) & (polls < SPIN_LIMIT):
         words = _load_sums(SUMS, row, part_ids, GROUP)
         complete = _sums_complete(words, row, tag_offset, part_ids, GROUP)
         polls += 1
+    complete = gl.min(lanes * 0 + complete, axis=0)
     values = (words & 0xFFFFFFFF).to(gl.int32).to(gl.float32, bitcast=True)
     return complete, gl.sum(gl.where(part_ids < GROUP, values, 0.0), axis=0), polls
 
@@ -488,7 +497,8 @@ def rmsnorm_fwd_held_group_kernel(
     sumsq = _staged_sumsq(x_ring, 0, cols, layout, N, RING - 1)
     _publish_sum(SUMS, row_start, member, sumsq, GROUP)  # every group has a row
     part_ids = gl.arange(0, GROUP_PADDED, layout=parts_layout)
-    polls = 0  # over all of the program's rows: once spent, no row waits again
+    lanes = gl.arange(0, 32 * WARPS, layout=parts_layout)  # one a thread (_read_sums)
+    polls = 0  # over all of the program's rows (each warp's own): once spent, no row waits
     for row in range(row_start, row_end):
         j = row - row_start
         slot = (j % RING).to(gl.int32)
@@ -496,8 +506,8 @@ def rmsnorm_fwd_held_group_kernel(
         sumsq = _staged_sumsq(x_ring, ((j + 1) % RING).to(gl.int32), cols, layout, N, RING - 2)
         if row + 1 < row_end:
             _publish_sum(SUMS, row + 1, member, sumsq, GROUP)
-        complete, total, polls = _read_sums(SUMS, words, row, tag_offset, part_ids, polls, GROUP,
-                                            SPIN_LIMIT)  # fmt: skip
+        complete, total, polls = _read_sums(SUMS, words, row, tag_offset, part_ids, lanes, polls,
+                                            GROUP, SPIN_LIMIT)  # fmt: skip
         if complete == 0:  # partners absent: the whole row from global memory
             total = _row_sumsq_from_global(X, row, stride_x_row, slice_cols, layout, N, SLICE)
         rstd = 1.0 / gl.sqrt_rn(total / N + eps)
