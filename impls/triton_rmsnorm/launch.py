@@ -890,17 +890,26 @@ def forward_holds_row_on_chip(x: torch.Tensor, y: torch.Tensor, has_residual: bo
     HELD_ROW_MAX_N with N a multiple of 8 (the copies move 16-byte vectors), no residual, x and
     y at 16-byte addresses with row strides that divide by 16 elements (Triton marks an integer
     divisible by 16 or not at all, and the copies need the rows' 16-byte alignment proven),
-    Gluon present, a Hopper-class NVIDIA GPU (_held_row_fits_device)."""
+    Gluon present (_held_forward_can_stage), a Hopper-class NVIDIA GPU (_held_row_fits_device)."""
     n = x.shape[1]
     return (
         SINGLE_TILE_MAX_N < n <= HELD_ROW_MAX_N
-        and gluon_kernels is not None
+        and _held_forward_can_stage(x, y, has_residual)
+        and _held_row_fits_device(x.device, n)
+    )
+
+
+def _held_forward_can_stage(x: torch.Tensor, y: torch.Tensor, has_residual: bool) -> bool:
+    """The held forwards' conditions on the tensors: 16-bit x, N a multiple of 8 (the copies
+    move 16-byte vectors), no residual, x's and y's rows on 16 bytes (_rows_on_16_bytes);
+    Gluon present, inline PTX runnable (an NVIDIA GPU, not the interpreter)."""
+    return (
+        gluon_kernels is not None
         and not has_residual
         and x.dtype in (torch.float16, torch.bfloat16)
-        and n % 8 == 0
+        and x.shape[1] % 8 == 0
         and _rows_on_16_bytes(x, y)
         and _inline_ptx_runs()
-        and _held_row_fits_device(x.device, n)
     )
 
 
@@ -947,24 +956,17 @@ def _forward_held_row(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, ha
 
 
 def forward_holds_row_in_group(x, y, weight, has_residual: bool) -> bool:
-    """Whether the grouped held-row forward can serve x: 16-bit rows wider than HELD_ROW_MAX_N
-    with N a multiple of 8 (and, as y's rows are N apart and must start on 16 bytes, of 16 in
-    effect), a 16-bit w at a 16-byte address (staged by cp.async), no residual, x and y rows on
-    16 bytes (_rows_on_16_bytes), Gluon present, an NVIDIA GPU and not the interpreter
-    (_inline_ptx_runs), a Hopper-class device where every slice of a row has a program slot
+    """Whether the grouped held-row forward can serve x: rows wider than HELD_ROW_MAX_N that
+    the held forwards can stage (_held_forward_can_stage; N a multiple of 16 in effect, as y's
+    rows are N apart and must start on 16 bytes), a 16-bit w at a 16-byte address (staged by
+    cp.async), on a Hopper-class device where every slice of a row has a program slot
     (_held_group_forward_fits_device)."""
     n = x.shape[1]
-    sixteen_bit = (torch.float16, torch.bfloat16)
     return (
         n > HELD_ROW_MAX_N
-        and gluon_kernels is not None
-        and not has_residual
-        and x.dtype in sixteen_bit
-        and weight.dtype in sixteen_bit
-        and n % 8 == 0
-        and _rows_on_16_bytes(x, y)
+        and _held_forward_can_stage(x, y, has_residual)
+        and weight.dtype in (torch.float16, torch.bfloat16)
         and weight.data_ptr() % 16 == 0
-        and _inline_ptx_runs()
         and _held_group_forward_fits_device(x.device, n)
     )
 
