@@ -77,26 +77,28 @@ def _path_run(path):
     return run
 
 
-def main(out_path: str) -> None:
+def main(out_path: str, shapes=SHAPES, configs=CONFIGS) -> None:
     stream = torch.cuda.Stream()
     l2 = tuning.l2_bytes(0)
     result = {"gpu": torch.cuda.get_device_name(), "rows": []}
     print("GB/s (2MN), % of 4250, x the product", flush=True)
-    for m, n, dtype in SHAPES:
+    for m, n, dtype in shapes:
         torch.manual_seed(0)
         x = torch.randn(m, n, device="cuda", dtype=dtype)
         w = torch.randn(n, device="cuda", dtype=dtype)
         y_ref, rstd_ref, _ = launch.rmsnorm_forward(x, w, 1e-6)
         launched = sorted(launch.take_launch_configs())
         y, rstd = torch.empty_like(x), torch.empty(m, device="cuda")
-        sums = torch.zeros(m * launch.cdiv(n, 4096), dtype=torch.int64, device="cuda")
+        sums = torch.zeros(
+            m * launch.cdiv(n, min(c[0] for c in configs)), dtype=torch.int64, device="cuda"
+        )
         runs = {"product": lambda a: launch.rmsnorm_forward(a[0], a[1], 1e-6)}
         device = torch.device("cuda", 0)
         paths = {launch._path_name(p): p for p in launch._forward_paths(m, n, device)}
         if launch.SINGLE_TILE_MAX_N < n <= launch.HELD_ROW_MAX_N:
             paths["held row"] = launch._forward_held_row
         candidates = {name: _path_run(p) for name, p in paths.items()}
-        for slice_cols, ring, per_sm, warps in CONFIGS:
+        for slice_cols, ring, per_sm, warps in configs:
             if per_sm * ((ring + 1) * slice_cols * 2 + 4096 + RESERVED) > SHARED_PER_SM:
                 continue
             run, group, groups = _group_run(m, n, slice_cols, ring, per_sm, warps)
