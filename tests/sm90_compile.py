@@ -11,7 +11,8 @@ Each case names the kernel ("bwd": rmsnorm_bwd_kernel, "fwd": rmsnorm_fwd_kernel
 gluon_kernels.rmsnorm_fwd_held_row_kernel, whose case gives only x, block_n and warps,
 "held_row_bwd": gluon_kernels.rmsnorm_bwd_held_row_kernel, x, block_n, warps and extra;
 "held_group_bwd": gluon_kernels.rmsnorm_bwd_held_group_kernel, x, block_n and extra;
-"held_group_fwd": gluon_kernels.rmsnorm_fwd_held_group_kernel, x and block_n), x's dtype
+"held_group_fwd": gluon_kernels.rmsnorm_fwd_held_group_kernel, x, block_n and config, an
+index into launch.HELD_GROUP_FORWARDS), x's dtype
 (and dy's, for the backward), HOLD_STORAGE_FORM, HAS_DH_OUT or HAS_RESIDUAL ("extra"), the tile
 width, num_warps, LOOP_STAGES and, for the forward, whether programs walk the tiles
 (PERSISTENT; the backward always does), with BLOCK_M = 1. Prints
@@ -124,20 +125,20 @@ def _compile_held_group_backward_ptx(case: dict) -> str:
 
 
 def _compile_held_group_forward_ptx(case: dict) -> str:
-    """gluon_kernels.rmsnorm_fwd_held_group_kernel at N = block_n, as launch configures it (x, w
-    and y of the case's x dtype, row strides divisible by 16)."""
+    """gluon_kernels.rmsnorm_fwd_held_group_kernel at N = block_n, as launch configures it in
+    launch.HELD_GROUP_FORWARDS[case["config"]] (x, w and y of the case's x dtype, row strides
+    divisible by 16)."""
     from impls.triton_rmsnorm import gluon_kernels, launch
 
     n, x = case["block_n"], case["x"]
+    config = launch.HELD_GROUP_FORWARDS[case["config"]]
     pointer_types = {"X": x, "W": x, "Y": x, "RSTD": "fp32", "SUMS": "i64"}
-    group = launch.cdiv(n, launch.HELD_GROUP_FORWARD_SLICE)
+    group = launch.cdiv(n, config.slice_n)
     constexprs = {"N": n, "GROUP": group, "GROUP_PADDED": launch.next_power_of_2(group),
-                  "SLICE": launch.HELD_GROUP_FORWARD_SLICE, "RING": launch.HELD_GROUP_FORWARD_RING,
-                  "WARPS": launch.HELD_GROUP_FORWARD_WARPS,
+                  "SLICE": config.slice_n, "RING": config.ring, "WARPS": config.warps,
                   "SPIN_LIMIT": launch.HELD_GROUP_SPIN_LIMIT}  # fmt: skip
     return _ptx(gluon_kernels.rmsnorm_fwd_held_group_kernel, pointer_types, constexprs,
-                {"num_warps": launch.HELD_GROUP_FORWARD_WARPS},
-                divisible=("stride_x_row", "stride_y_row"))  # fmt: skip
+                {"num_warps": config.warps}, divisible=("stride_x_row", "stride_y_row"))  # fmt: skip
 
 
 def _ptx(kernel, pointer_types: dict, constexprs: dict, options: dict, divisible=()) -> str:

@@ -74,10 +74,13 @@ def test_device_part_of_the_decision(monkeypatch):
         assert launch._held_row_fits_device(cuda, n) is fits, (capability, shared, n)
 
 
-def _offered_forward_paths(monkeypatch, decision: str, n: int) -> list:
-    """The paths the forward's first call measures for [4, n] when `decision` says yes (every
-    other decision as the device makes it)."""
-    monkeypatch.setattr(launch, decision, lambda *args: True)
+def _offered_forward_paths(monkeypatch, n: int, **decisions) -> list:
+    """The paths the forward's first call measures for [4, n] when each decision named answers
+    as given (launch's function of that name replaced; the others none)."""
+    monkeypatch.setattr(launch, "forward_holds_row_on_chip", lambda *args: False)
+    monkeypatch.setattr(launch, "held_group_forwards", lambda *args: ())
+    for name, answer in decisions.items():
+        monkeypatch.setattr(launch, name, lambda *args, answer=answer: answer)
     monkeypatch.setattr(launch, "autotuning", lambda: True)
     monkeypatch.setattr(launch, "_REPLAYABLE", False)
     offered = []
@@ -95,7 +98,7 @@ def _offered_forward_paths(monkeypatch, decision: str, n: int) -> list:
 def test_forward_measures_it_beside_the_default_path(monkeypatch):
     """Where it is offered, the forward's first call measures it against the default path
     (looped or split) rather than taking it blindly."""
-    offered = _offered_forward_paths(monkeypatch, "forward_holds_row_on_chip", WIDEST)
+    offered = _offered_forward_paths(monkeypatch, WIDEST, forward_holds_row_on_chip=True)
     assert offered == [
         [*launch._forward_paths(4, WIDEST, torch.device(DEVICE)), launch._forward_held_row]
     ]
@@ -164,26 +167,31 @@ def test_held_row_forward_with_strided_rows(monkeypatch):
 # ---- rows wider than one SM holds: a group of programs a row ---------------------------------
 
 GROUPED = 2 * WIDEST
-SLICE = launch.HELD_GROUP_FORWARD_SLICE
+CONFIGS = launch.HELD_GROUP_FORWARDS
+CONFIG_IDS = [f"{c.slice_n}-column slices" for c in CONFIGS]
 
 
-def test_launch_offers_the_group_past_the_held_row(monkeypatch):
-    """Past HELD_ROW_MAX_N: 16-bit x and w, N a multiple of 8, x's and y's rows and w on 16
-    bytes, no residual, Gluon present (the device's part taken as given)."""
+def test_launch_offers_the_group_past_the_single_tile(monkeypatch):
+    """Past SINGLE_TILE_MAX_N (beside the held row up to HELD_ROW_MAX_N): 16-bit x and w, N a
+    multiple of 8, x's and y's rows and w on 16 bytes, no residual, Gluon present; every
+    configuration the device fits (here all: the device's part taken as given)."""
     monkeypatch.setattr(launch, "_inline_ptx_runs", lambda: True)
-    monkeypatch.setattr(launch, "_held_group_forward_fits_device", lambda device, n: True)
+    monkeypatch.setattr(launch, "_held_group_forward_fits_device", lambda device, n, c: True)
     bf16 = torch.bfloat16
 
     def offered(n, dtype=bf16, w_dtype=bf16, has_residual=False, width=None, start=0, w_start=0):
         x = torch.zeros(2, width or n, dtype=dtype)[:, start : start + n]
         y = torch.empty(2, n, dtype=dtype)
         w = torch.zeros(n + 8, dtype=w_dtype)[w_start : w_start + n]
-        return launch.forward_holds_row_in_group(x, y, w, has_residual)
+        configs = launch.held_group_forwards(x, y, w, has_residual)
+        assert configs in ((), CONFIGS)
+        return bool(configs)
 
     assert offered(GROUPED) and offered(WIDEST + 16) and offered(2**20)
+    assert offered(WIDEST) and offered(launch.SINGLE_TILE_MAX_N + 16)  # beside the held row
     assert offered(GROUPED, torch.float16) and offered(GROUPED, w_dtype=torch.float16)
     assert offered(GROUPED - 64, width=GROUPED)  # strided rows, aligned
-    assert not offered(WIDEST)  # one program holds it
+    assert not offered(launch.SINGLE_TILE_MAX_N)  # the single tile holds it in registers
     assert not offered(GROUPED, torch.float32)
     assert not offered(GROUPED, w_dtype=torch.float32)  # w is staged 16-bit
     assert not offered(GROUPED, has_residual=True)
@@ -195,100 +203,140 @@ def test_launch_offers_the_group_past_the_held_row(monkeypatch):
     assert not offered(GROUPED)
 
 
-def test_device_part_of_the_group_forward_decision(monkeypatch):
-    """Compute capability 9.0 or later, the shared memory of a program (2 ring slots and w's
-    slice: 52 KB with the scratch), and a program slot for every 8192-column slice of a row at
-    up to 4 programs an SM (as many as the SM's shared memory holds)."""
-    assert not launch._held_group_forward_fits_device(torch.device("cpu"), GROUPED)
+def test_launch_offers_the_configurations_the_device_fits(monkeypatch):
+    """Each configuration on its own: one the device does not fit is left out."""
+    monkeypatch.setattr(launch, "_inline_ptx_runs", lambda: True)
+    x = torch.zeros(2, GROUPED, dtype=torch.bfloat16)
+    for fitting in CONFIGS:
+        monkeypatch.setattr(launch, "_held_group_forward_fits_device",
+                            lambda device, n, c, fitting=fitting: c == fitting)  # fmt: skip
+        assert launch.held_group_forwards(x, x, x[0], False) == (fitting,)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=CONFIG_IDS)
+def test_device_part_of_the_group_forward_decision(monkeypatch, config):
+    """Compute capability 9.0 or later, the shared memory of a program (its ring slots and w's
+    slice, with the scratch), and a program slot for every slice of a row at up to the
+    configuration's programs an SM (as many as the SM's shared memory holds)."""
+    assert not launch._held_group_forward_fits_device(torch.device("cpu"), GROUPED, config)
     cuda = torch.device("cuda", 0)
     monkeypatch.setattr(launch, "_sm_count", lambda index: 132)
+    shared = launch._held_group_forward_shared_bytes(config)
+    assert shared == (config.ring + 1) * config.slice_n * 2 + launch.HELD_ROW_SCRATCH_BYTES
+    every_slot = config.per_sm * 132 * config.slice_n
     for capability, block, per_sm, n, fits in [
-        ((9, 0), 232448, 4, GROUPED, True),
-        ((9, 0), 232448, 4, 4 * 132 * SLICE, True),
-        ((9, 0), 232448, 4, 4 * 132 * SLICE + 8, False),  # 529 slices
-        ((9, 0), 232448, 2, 4 * 132 * SLICE, False),
-        ((9, 0), 49152, 4, GROUPED, False),
-        ((8, 0), 232448, 4, GROUPED, False),
+        ((9, 0), 232448, config.per_sm, GROUPED, True),
+        ((9, 0), 232448, config.per_sm, every_slot, True),
+        ((9, 0), 232448, config.per_sm, every_slot + 8, False),  # a slice more than slots
+        ((9, 0), 232448, config.per_sm - 1, every_slot, False),
+        ((9, 0), shared, config.per_sm, GROUPED, True),
+        ((9, 0), shared - 1, config.per_sm, GROUPED, False),
+        ((8, 0), 232448, config.per_sm, GROUPED, False),
     ]:
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index, c=capability: c)
         monkeypatch.setattr(launch, "_shared_bytes_per_block", lambda index, s=block: s)
-        monkeypatch.setattr(launch, "_held_group_forward_programs_per_sm", lambda i, p=per_sm: p)
-        assert launch._held_group_forward_fits_device(cuda, n) is fits, (capability, block, n)
+        monkeypatch.setattr(launch, "_held_group_forward_programs_per_sm",
+                            lambda i, c, p=per_sm: p)  # fmt: skip
+        assert launch._held_group_forward_fits_device(cuda, n, config) is fits, (block, n)
 
 
 def test_programs_an_sm_follow_its_shared_memory(monkeypatch):
-    """4 programs an SM where 228 KB an SM holds them (the H100's and H200's), fewer where less."""
+    """Each configuration's programs an SM (6 and 4) where 228 KB an SM holds them (the H100's
+    and H200's), fewer where less."""
 
     class Props:
         shared_memory_per_multiprocessor = 233472
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Props())
-    launch._held_group_forward_programs_per_sm.cache_clear()
-    try:
-        assert launch._held_group_forward_programs_per_sm(0) == 4
-        Props.shared_memory_per_multiprocessor = 167936  # 164 KB: the A100's
+
+    def per_sm() -> list[int]:
         launch._held_group_forward_programs_per_sm.cache_clear()
-        assert launch._held_group_forward_programs_per_sm(0) == 3
+        return [launch._held_group_forward_programs_per_sm(0, c) for c in CONFIGS]
+
+    try:
+        assert per_sm() == [6, 4]
+        Props.shared_memory_per_multiprocessor = 167936  # 164 KB: the A100's
+        assert per_sm() == [4, 3]
     finally:
         launch._held_group_forward_programs_per_sm.cache_clear()
 
 
-def test_forward_measures_the_group_beside_the_default_path(monkeypatch):
-    """Where it is offered, the forward's first call measures it against the default path."""
-    offered = _offered_forward_paths(monkeypatch, "forward_holds_row_in_group", GROUPED)
-    assert offered == [
-        [*launch._forward_paths(4, GROUPED, torch.device(DEVICE)), launch._forward_held_group]
-    ]
+@pytest.mark.parametrize("n", [GROUPED, WIDEST], ids=["past the held row", "beside it"])
+def test_forward_measures_the_group_beside_the_other_paths(monkeypatch, n):
+    """Where it is offered, the forward's first call measures each configuration against the
+    default path (and the held row, where that is offered too)."""
+    offered = _offered_forward_paths(monkeypatch, n, forward_holds_row_on_chip=n <= WIDEST,
+                                     held_group_forwards=CONFIGS)  # fmt: skip
+    default = launch._forward_paths(4, n, torch.device(DEVICE))
+    held_row = [launch._forward_held_row] if n <= WIDEST else []
+    groups = [launch._held_group_forward_path(c) for c in CONFIGS]
+    assert offered == [[*default, *held_row, *groups]]
+    assert groups[0] is launch._held_group_forward_path(CONFIGS[0])  # one object: keys hold it
 
 
 def test_held_group_forward_compiles_for_sm90():
-    """Compiled for sm_90 (no GPU): the exchange's relaxed 64-bit exchanges (the first row and
-    the rows after) and volatile 64-bit loads (the early one and the poll's), and no acquire or
-    release; 16-byte copies and stores (8 warps: 4 vectors of a 16-bit slice a thread; w, 2
-    ring slots, a slot restaged a row; y)."""
+    """Compiled for sm_90 (no GPU) in each configuration: the exchange's relaxed 64-bit
+    exchanges (the first row and the rows after) and volatile 64-bit loads (the early one and
+    the poll's), and no acquire or release; 16-byte copies and stores (4 vectors of a 16-bit
+    slice a thread in both: 4096 columns over 4 warps, 8192 over 8; staged for w, each ring
+    slot, and a slot restaged a row; y stored)."""
     pytest.importorskip(
         "triton.backends.nvidia.compiler", reason="Triton without its NVIDIA backend"
     )
     if launch.gluon_kernels is None:
         pytest.skip("this Triton has no Gluon")
-    cases = [{"kernel": "held_group_fwd", "x": x, "block_n": n}
-             for x, n in (("bf16", GROUPED), ("fp16", WIDEST + 16))]  # fmt: skip
-    expected = {"relaxed exchanges": 2, "acquires or releases": 0, "volatile loads": 2,
-                "staged vectors": 4 * (1 + 2 + 1), "vector stores": 4}  # fmt: skip
+    assert [(c.slice_n, c.ring, c.warps) for c in CONFIGS] == [(4096, 3, 4), (8192, 2, 8)]
+    widths = (("bf16", GROUPED), ("fp16", launch.SINGLE_TILE_MAX_N + 16),
+              ("bf16", GROUPED), ("fp16", WIDEST + 16))  # fmt: skip
+    cases = [{"kernel": "held_group_fwd", "x": x, "block_n": n, "config": i // 2}
+             for i, (x, n) in enumerate(widths)]  # fmt: skip
+    expected = [{"relaxed exchanges": 2, "acquires or releases": 0, "volatile loads": 2,
+                 "staged vectors": 4 * (1 + ring + 1), "vector stores": 4}
+                for ring in (3, 3, 2, 2)]  # fmt: skip
     found = sm90_compile.run(cases)
-    assert [{k: f[k] for k in expected} for f in found] == [expected, expected]
-    assert [(f["bf16"], f["fp16"]) for f in found] == [(False, False)] * 2  # no inline upcasts
+    assert [{k: f[k] for k in expected[0]} for f in found] == expected
+    assert [(f["bf16"], f["fp16"]) for f in found] == [(False, False)] * 4  # no inline upcasts
 
 
-def _force_group(monkeypatch) -> None:
-    """The grouped forward the only path offered (it is offered past the held row)."""
+def _force_group(monkeypatch, config) -> None:
+    """The grouped forward in this configuration the only path offered."""
     monkeypatch.setattr(launch, "_forward_paths", lambda m, n, device: [])
+    monkeypatch.setattr(launch, "forward_holds_row_on_chip", lambda *args: False)
+    monkeypatch.setattr(launch, "HELD_GROUP_FORWARDS", (config,))
 
 
 needs_group_gpu = pytest.mark.skipif(
     not (
         ON_NVIDIA_GPU
         and launch.gluon_kernels is not None
-        and launch._held_group_forward_fits_device(torch.device("cuda"), GROUPED)
+        and all(
+            launch._held_group_forward_fits_device(torch.device("cuda"), GROUPED, c)
+            for c in CONFIGS
+        )
     ),
-    reason="the grouped held-row forward needs a Hopper-class NVIDIA GPU with 52 KB of shared "
-    "memory a program and a Triton with Gluon",
+    reason="the grouped held-row forward needs a Hopper-class NVIDIA GPU with the shared "
+    "memory of each configuration (6 programs of 36 KB an SM, 4 of 52 KB) and a Triton with Gluon",
 )
+group_config = pytest.mark.parametrize("config", CONFIGS, ids=CONFIG_IDS)
 
 
-def _every_slot() -> int:
+def _every_slot(config) -> int:
     """Columns whose slices fill every program slot of the GPU: one group, the whole grid."""
-    return launch._held_group_forward_programs_per_sm(0) * launch._sm_count(0) * SLICE
+    per_sm = launch._held_group_forward_programs_per_sm(0, config)
+    return per_sm * launch._sm_count(0) * config.slice_n
 
 
 @needs_group_gpu
+@group_config
 @pytest.mark.parametrize(
     "shape, dtype",
     [
         ((300, GROUPED), torch.bfloat16),  # 32 programs a row, several rows a group
         ((64, GROUPED), torch.float16),
         ((3, 2**20), torch.bfloat16),  # fewer rows than groups
-        ((40, WIDEST + SLICE + 16), torch.bfloat16),  # 18 slices, the last holds 16 columns
+        ((40, WIDEST + 8192 + 16), torch.bfloat16),  # the last slice holds 16 columns
+        ((200, WIDEST), torch.bfloat16),  # where the held row also serves
+        ((64, 65552), torch.float16),  # just past the single tile: 16 columns in the last slice
         ((2, 5, 2**20), torch.bfloat16),  # 128 programs a row, leading dims
         ((1, GROUPED), torch.float16),  # one row
         ((50, 200016), torch.bfloat16),  # a masked last slice, N not a power of two
@@ -296,9 +344,9 @@ def _every_slot() -> int:
     ],
     ids=lambda p: "x".join(map(str, p)) if isinstance(p, tuple) else DTYPE_NAMES.get(p, str(p)),
 )
-def test_held_group_forward_matches_the_oracle(monkeypatch, shape, dtype):
-    _force_group(monkeypatch)
-    shape = tuple(_every_slot() if d == "every slot" else d for d in shape)
+def test_held_group_forward_matches_the_oracle(monkeypatch, config, shape, dtype):
+    _force_group(monkeypatch, config)
+    shape = tuple(_every_slot(config) if d == "every slot" else d for d in shape)
     inputs = make_inputs(shape, dtype, DEVICE)
     launch.take_launch_configs()
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
@@ -306,19 +354,20 @@ def test_held_group_forward_matches_the_oracle(monkeypatch, shape, dtype):
 
 
 @needs_group_gpu
+@group_config
 @pytest.mark.parametrize(
     "spin_limit, tag_offset",
     [(0, 1), (8, 1), (0, 0), (1, 0)],
     ids=["never complete, no polls", "never complete, 8 polls", "no polls", "1 poll"],
 )
-def test_held_group_forward_falls_back_on_every_row(monkeypatch, spin_limit, tag_offset):
+def test_held_group_forward_falls_back_on_every_row(monkeypatch, config, spin_limit, tag_offset):
     """Readers that look for tags one past the writers' never find a group complete: every
     program, once its polls are spent, sums every row alone from global memory and still
     publishes its own sums. With the writers' tags and no poll or one, whether a row is
     complete when first read is a race, which a program's warps (polling on their own) may see
     differently: they must still agree. Either way y and rstd match the reference, and the
     exchange shows every program's sum on every row."""
-    _force_group(monkeypatch)
+    _force_group(monkeypatch, config)
     monkeypatch.setattr(launch, "HELD_GROUP_SPIN_LIMIT", spin_limit)
     monkeypatch.setattr(launch, "HELD_GROUP_TAG_OFFSET", tag_offset)
     exchanges = record_exchanges(monkeypatch)
@@ -330,19 +379,22 @@ def test_held_group_forward_falls_back_on_every_row(monkeypatch, spin_limit, tag
     rstd_ref = torch.rsqrt(inputs.x.double().pow(2).mean(1) + 1e-5)
     torch.testing.assert_close(rstd.double(), rstd_ref, rtol=1e-6, atol=0)
     assert len(exchanges) == 1
-    assert_every_slice_published(exchanges[0], 300, launch.cdiv(GROUPED, SLICE))
+    assert_every_slice_published(exchanges[0], 300, launch.cdiv(GROUPED, config.slice_n))
 
 
 @needs_group_gpu
+@group_config
 @pytest.mark.parametrize(
     "w_dtype, out_dtype, offset",
     [(torch.float16, None, 0.0), (torch.bfloat16, torch.float32, 0.0),
      (torch.bfloat16, None, 1.0)],
     ids=["fp16 w", "fp32 y", "Gemma's offset"],
 )  # fmt: skip
-def test_held_group_forward_weights_outputs_and_offset(monkeypatch, w_dtype, out_dtype, offset):
+def test_held_group_forward_weights_outputs_and_offset(
+    monkeypatch, config, w_dtype, out_dtype, offset
+):
     """An fp16 w with bf16 x (staged in its own dtype), an fp32 y, and w + 1 (Gemma's)."""
-    _force_group(monkeypatch)
+    _force_group(monkeypatch, config)
     inputs = make_inputs((100, GROUPED), torch.bfloat16, DEVICE)
     w = inputs.weight if offset == 0.0 else 0.1 * inputs.weight
     launch.take_launch_configs()
@@ -352,9 +404,10 @@ def test_held_group_forward_weights_outputs_and_offset(monkeypatch, w_dtype, out
 
 
 @needs_group_gpu
-def test_held_group_forward_with_strided_rows(monkeypatch):
+@group_config
+def test_held_group_forward_with_strided_rows(monkeypatch, config):
     """Rows of a wider tensor (a 16-byte-aligned row stride): the kernel takes x's stride."""
-    _force_group(monkeypatch)
+    _force_group(monkeypatch, config)
     n = GROUPED - 64
     wide = make_inputs((150, GROUPED), torch.float16, DEVICE)
     launch.take_launch_configs()
@@ -368,8 +421,8 @@ def test_held_group_forward_fp32_weight_takes_the_default_path():
     oracle."""
     inputs = make_inputs((300, GROUPED), torch.bfloat16, DEVICE)  # not split: looped
     w = inputs.weight.float()
-    assert not launch.forward_holds_row_in_group(inputs.x, inputs.x, w, False)
-    assert launch.forward_holds_row_in_group(inputs.x, inputs.x, inputs.weight, False)
+    assert launch.held_group_forwards(inputs.x, inputs.x, w, False) == ()
+    assert launch.held_group_forwards(inputs.x, inputs.x, inputs.weight, False) == CONFIGS
     launch.take_launch_configs()
     _assert_matches_oracle(inputs.x, w, inputs.dy)
     launched = launch.take_launch_configs()

@@ -16,6 +16,10 @@ Paths, chosen by the hidden size N (and for wide rows by M), separately for each
   once; measured against the looped or split path at the first call. The backward's held row
   (16-bit rows of BACKWARD_SINGLE_TILE_MAX_N < N <= HELD_BACKWARD_MAX_N) stages each row's x and
   dy in shared memory and reads them once; measured against the wide path at the first call.
+- held group (16-bit rows, forward past SINGLE_TILE_MAX_N, backward past HELD_BACKWARD_MAX_N):
+  each row held by a group of programs, each staging a slice of it, the slices' sums exchanged
+  through global memory in one cooperative launch; measured at the first call beside the paths
+  above (the forward in each configuration of HELD_GROUP_FORWARDS).
 Forward rows of FORWARD_LOOPED_FROM_N < N <= SINGLE_TILE_MAX_N take whichever of the single tile
 and the looped path measured faster at the first call (on a GPU, autotuning).
 
@@ -38,6 +42,7 @@ import os
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import torch
 import triton
@@ -89,21 +94,36 @@ HELD_ROW_WARPS = 32
 HELD_ROW_MAX_N = HELD_ROW_REG + HELD_ROW_SHARED_CHUNKS * HELD_ROW_CHUNK
 #: Shared memory the kernel needs beyond its buffers (its reductions' scratch), with margin.
 HELD_ROW_SCRATCH_BYTES = 4096
+
+
+class HeldGroupForward(NamedTuple):
+    """A configuration of the grouped held-row forward: a program owns slice_n columns of a row,
+    staged in a ring of `ring` slots beside w's slice; at most per_sm programs an SM (fewer
+    where its shared memory holds fewer); `warps` warps a program."""
+
+    slice_n: int
+    ring: int
+    per_sm: int
+    warps: int
+
+
 #: The grouped held-row forward (gluon_kernels.rmsnorm_fwd_held_group_kernel), past
-#: HELD_ROW_MAX_N: a group of programs shares each row, each holding a slice of
-#: HELD_GROUP_FORWARD_SLICE columns in a ring of HELD_GROUP_FORWARD_RING slots beside w's slice
-#: (48 KB), up to HELD_GROUP_FORWARD_PER_SM programs an SM, HELD_GROUP_FORWARD_WARPS warps, a
-#: cooperative launch; the slices' sums exchanged as the grouped backward's (measured at the
-#: first call with the looped or split path). On the H200 (bf16, 256 and 1024 x 262144, 64 x
-#: 1048576) it ran 1.17-1.23x those, 72-80% of the copy, 8192-column slices at 4 an SM ahead of
-#: 16384 at 2 (1.13-1.16x) and at 1 (1.10x); at 131072 columns 0.91x the held row, so it starts
-#: past it (results/nvidia-h200/probes/2026-11-30-bb689b9d08e7-forward-held-group-sweep.txt).
-#: With v22's exchange (one tagged word a slice) 80-82% at 262144 and 1048576 columns
-#: (results/nvidia-h200/2026-11-30-ef67b6007d7c-wide.jsonl).
-HELD_GROUP_FORWARD_SLICE = 8192
-HELD_GROUP_FORWARD_RING = 2
-HELD_GROUP_FORWARD_PER_SM = 4
-HELD_GROUP_FORWARD_WARPS = 8
+#: SINGLE_TILE_MAX_N: a group of programs shares each row, each holding a slice, a cooperative
+#: launch; the slices' sums exchanged as the grouped backward's. Each configuration here that
+#: fits the device is a path of its own, measured at the first call beside the looped or split
+#: path and, up to HELD_ROW_MAX_N, v16's held row. On the H200: 8192-column slices, 2 ring slots,
+#: 4 an SM, 8 warps (v21) ran 1.17-1.23x the looped and split paths at 262144 and 1048576 columns
+#: (probes/2026-11-30-bb689b9d08e7-forward-held-group-sweep.txt), 80-82% of the copy with v22's
+#: exchange (2026-11-30-ef67b6007d7c-wide.jsonl). 4096-column slices, 3 slots, 6 an SM, 4 warps
+#: ran 1.07x (bf16) and 1.15x (fp16) the held row at 512x131072 and 1.00-1.04x v21's at
+#: 256x262144, but 0.91x it at 64x1048576 bf16 (1.00x fp16; 256 programs a row, 3 groups); below 65536
+#: columns every configuration ran 0.89-0.94x the single tile
+#: (probes/2026-11-30-476e7722a907-forward-group-below-held-row-ab.txt, ...-2c36f439a200-
+#: forward-group-config-sweep.txt).
+HELD_GROUP_FORWARDS = (
+    HeldGroupForward(slice_n=4096, ring=3, per_sm=6, warps=4),
+    HeldGroupForward(slice_n=8192, ring=2, per_sm=4, warps=8),
+)
 #: Shared memory an SM keeps for each resident program beyond what the program asks for.
 SHARED_BYTES_RESERVED_PER_PROGRAM = 1024
 #: The held-row backward (gluon_kernels.rmsnorm_bwd_held_row_kernel): a row's x and dy staged
@@ -744,8 +764,10 @@ def rmsnorm_forward(
         paths = _forward_paths(m, n, x.device)
         if forward_holds_row_on_chip(x, y, has_residual):
             paths = [*paths, _forward_held_row]
-        if forward_holds_row_in_group(x, y, weight, has_residual):
-            paths = [*paths, _forward_held_group]
+        paths = [
+            *paths,
+            *map(_held_group_forward_path, held_group_forwards(x, y, weight, has_residual)),
+        ]
         if paths == [_forward_single_tile] and replay_key is not None:
             _record(replay_key, _forward_single_tile, args, 1)
         elif len(paths) == 1 or not autotuning():
@@ -955,70 +977,79 @@ def _forward_held_row(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, ha
     _LAUNCHED["rmsnorm_fwd_held_row_kernel"] = {**config, "num_warps": HELD_ROW_WARPS}
 
 
-def forward_holds_row_in_group(x, y, weight, has_residual: bool) -> bool:
-    """Whether the grouped held-row forward can serve x: rows wider than HELD_ROW_MAX_N that
-    the held forwards can stage (_held_forward_can_stage; N a multiple of 16 in effect, as y's
-    rows are N apart and must start on 16 bytes), a 16-bit w at a 16-byte address (staged by
-    cp.async), on a Hopper-class device where every slice of a row has a program slot
+def held_group_forwards(x, y, weight, has_residual: bool) -> tuple[HeldGroupForward, ...]:
+    """The configurations of HELD_GROUP_FORWARDS in which the grouped held-row forward can serve
+    x (none, or those that fit the device): rows wider than SINGLE_TILE_MAX_N that the held
+    forwards can stage (_held_forward_can_stage; N a multiple of 16 in effect, as y's rows are
+    N apart and must start on 16 bytes), a 16-bit w at a 16-byte address (staged by cp.async),
+    on a Hopper-class device where every slice of a row has a program slot
     (_held_group_forward_fits_device)."""
     n = x.shape[1]
-    return (
-        n > HELD_ROW_MAX_N
+    if not (
+        n > SINGLE_TILE_MAX_N
         and _held_forward_can_stage(x, y, has_residual)
         and weight.dtype in (torch.float16, torch.bfloat16)
         and weight.data_ptr() % 16 == 0
-        and _held_group_forward_fits_device(x.device, n)
-    )
+    ):
+        return ()
+    return tuple(c for c in HELD_GROUP_FORWARDS if _held_group_forward_fits_device(x.device, n, c))
 
 
-def _held_group_forward_fits_device(device: torch.device, n: int) -> bool:
+def _held_group_forward_fits_device(device: torch.device, n: int, config: HeldGroupForward) -> bool:
     """A Hopper-class device (_hopper_class) that gives a program its ring and w's slice, with
-    a program slot for each of a row's slices (_held_group_forward_programs_per_sm a SM)."""
+    a program slot for each of a row's slices (_held_group_forward_programs_per_sm an SM)."""
     if not _hopper_class(device):
         return False
     index = device.index or 0
-    slots = _held_group_forward_programs_per_sm(index) * _sm_count(index)
-    fits_program = _shared_bytes_per_block(index) >= _held_group_forward_shared_bytes()
-    return fits_program and cdiv(n, HELD_GROUP_FORWARD_SLICE) <= slots
+    slots = _held_group_forward_programs_per_sm(index, config) * _sm_count(index)
+    fits_program = _shared_bytes_per_block(index) >= _held_group_forward_shared_bytes(config)
+    return fits_program and cdiv(n, config.slice_n) <= slots
 
 
-def _held_group_forward_shared_bytes() -> int:
+def _held_group_forward_shared_bytes(config: HeldGroupForward) -> int:
     """A grouped forward program's shared memory: its ring, w's slice (16-bit) and scratch."""
-    slots = HELD_GROUP_FORWARD_RING + 1
-    return slots * HELD_GROUP_FORWARD_SLICE * 2 + HELD_ROW_SCRATCH_BYTES
+    return (config.ring + 1) * config.slice_n * 2 + HELD_ROW_SCRATCH_BYTES
 
 
 @functools.cache
-def _held_group_forward_programs_per_sm(device_index: int) -> int:
-    """HELD_GROUP_FORWARD_PER_SM, or as many fewer as the SM's shared memory holds (4 on the
-    H100 and H200: 228 KB an SM)."""
+def _held_group_forward_programs_per_sm(device_index: int, config: HeldGroupForward) -> int:
+    """config.per_sm, or as many fewer as the SM's shared memory holds (on the H100 and H200,
+    228 KB an SM, all that HELD_GROUP_FORWARDS asks)."""
     props = torch.cuda.get_device_properties(device_index)
     per_sm = int(getattr(props, "shared_memory_per_multiprocessor", 0) or 0)
-    per_program = _held_group_forward_shared_bytes() + SHARED_BYTES_RESERVED_PER_PROGRAM
-    return min(HELD_GROUP_FORWARD_PER_SM, per_sm // per_program)
+    per_program = _held_group_forward_shared_bytes(config) + SHARED_BYTES_RESERVED_PER_PROGRAM
+    return min(config.per_sm, per_sm // per_program)
 
 
-def _forward_held_group(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
-    """Rows shared by a group of programs (forward_holds_row_in_group says when): as many groups
-    as fit _held_group_forward_programs_per_sm programs an SM, each walking a contiguous chunk
-    of rows; a fixed configuration. Allocates one int64 per (row, slice) (the exchange)."""
+def _forward_held_group(
+    x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual, *, config
+):
+    """Rows shared by a group of programs (held_group_forwards says when), in configuration
+    `config`: as many groups as fit _held_group_forward_programs_per_sm programs an SM, each
+    walking a contiguous chunk of rows. Allocates one int64 per (row, slice) (the exchange)."""
     m, n = x.shape
-    group = cdiv(n, HELD_GROUP_FORWARD_SLICE)
-    per_sm = _held_group_forward_programs_per_sm(x.device.index or 0)
+    group = cdiv(n, config.slice_n)
+    per_sm = _held_group_forward_programs_per_sm(x.device.index or 0, config)
     groups, rows_per_group = _row_groups(m, group, x.device, per_sm)
     sums = torch.zeros((m * group,), dtype=torch.int64, device=x.device)
-    config = {"GROUP": group, "GROUP_PADDED": next_power_of_2(group),
-              "SLICE": HELD_GROUP_FORWARD_SLICE, "RING": HELD_GROUP_FORWARD_RING,
-              "WARPS": HELD_GROUP_FORWARD_WARPS}  # fmt: skip
-    meta = {"N": n, **config, "SPIN_LIMIT": HELD_GROUP_SPIN_LIMIT,
-            "num_warps": HELD_GROUP_FORWARD_WARPS, "launch_cooperative_grid": True}  # fmt: skip
+    constexprs = {"GROUP": group, "GROUP_PADDED": next_power_of_2(group), "SLICE": config.slice_n,
+                  "RING": config.ring, "WARPS": config.warps}  # fmt: skip
+    meta = {"N": n, **constexprs, "SPIN_LIMIT": HELD_GROUP_SPIN_LIMIT,
+            "num_warps": config.warps, "launch_cooperative_grid": True}  # fmt: skip
     args = (x, weight, y, rstd, sums, strides[0], strides[1], m, rows_per_group, eps, offset,
             HELD_GROUP_TAG_OFFSET)  # fmt: skip
     direct.launch(gluon_kernels.rmsnorm_fwd_held_group_kernel, (groups * group,), args, meta,
                   x.get_device())  # fmt: skip
     _LAUNCHED["rmsnorm_fwd_held_group_kernel"] = {
-        **config, "PROGRAMS_PER_SM": per_sm, "num_warps": HELD_GROUP_FORWARD_WARPS,
+        **constexprs, "PROGRAMS_PER_SM": per_sm, "num_warps": config.warps,
     }  # fmt: skip
+
+
+@functools.cache
+def _held_group_forward_path(config: HeldGroupForward):
+    """The grouped forward in one configuration: a path of its own (one object a configuration,
+    as the measured paths' key holds the paths)."""
+    return functools.partial(_forward_held_group, config=config)
 
 
 def _forward_split(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
