@@ -141,6 +141,34 @@ def _compile_held_group_forward_ptx(case: dict) -> str:
                 {"num_warps": config.warps}, divisible=("stride_x_row", "stride_y_row"))  # fmt: skip
 
 
+def _barriers_where_warps_may_part(ptx: str) -> int:
+    """The grouped kernels' bar.sync from the first line of the poll loop (a loop holding the
+    exchange's volatile loads) to the back edge of the fallback loop (one holding 16-byte global
+    loads), neither holding the exchange's atomics: where a program's warps may take different
+    branches (_read_sums), so a barrier there could hang. -1 if either loop is not found."""
+    lines = ptx.splitlines()
+    labels = {}
+    for i, line in enumerate(lines):
+        label = re.match(r"\s*(\$L__BB\d+_\d+):", line)
+        if label:
+            labels[label.group(1)] = i
+    loops = []  # (first line, back edge): a branch to a label above it
+    for i, line in enumerate(lines):
+        branch = re.search(r"\bbra(?:\.uni)?\s+(\$L__BB\d+_\d+);", line)
+        if branch and labels.get(branch.group(1), i) < i:
+            loops.append((labels[branch.group(1)], i))
+
+    def holding(pattern: str) -> list:
+        bodies = [(lo, "\n".join(lines[lo[0] : lo[1] + 1])) for lo in loops]
+        return [lo for lo, body in bodies if re.search(pattern, body) and "atom." not in body]
+
+    polls, fallbacks = holding(r"ld\.volatile\.global"), holding(r"ld\.global\.v4")
+    if not polls or not fallbacks:
+        return -1
+    start, end = min(lo[0] for lo in polls), max(lo[1] for lo in fallbacks)
+    return sum("bar.sync" in line for line in lines[start : end + 1])
+
+
 def _ptx(kernel, pointer_types: dict, constexprs: dict, options: dict, divisible=()) -> str:
     """The kernel's PTX for sm_90: pointers 16-byte aligned, eps and offset fp32, other scalars
     i32 (those named in divisible marked divisible by 16)."""
@@ -197,6 +225,7 @@ def main(cases: list[dict]) -> list[dict]:
             )
             found["acquires or releases"] = len(re.findall(r"\.(?:acquire|release)\b", ptx))
             found["volatile loads"] = len(re.findall(r"ld\.volatile\.global\.(?:v2\.)?b64", ptx))
+            found["barriers where warps may part"] = _barriers_where_warps_may_part(ptx)
         if case["kernel"] in ("held_row_bwd", "held_group_bwd", "held_group_fwd"):  # 16 bytes
             found["staged vectors"] = ptx.count("cp.async.cg.shared.global")
             found["vector stores"] = ptx.count("st.global.v4.b32")

@@ -273,16 +273,19 @@ def rmsnorm_bwd_held_group_kernel(
     two rows' slices), so its partners have a pass's time to publish, and it loads row j's words
     before that pass, so the load's round trip overlaps the pass; it loads them again only if a
     partner's is missing. The launch must be cooperative (every program resident at once;
-    launch.py). A program has SPIN_LIMIT polls for all its rows; a row whose group it finds
-    incomplete once they are spent it sums whole from global memory, in another order: never
-    stuck for long, correct, its mean possibly apart from its partners' in the last bits. Its own
-    sums it publishes all the same, so its partners never wait on it.
+    launch.py). Each warp has SPIN_LIMIT polls for all its rows; a row whose group it finds
+    incomplete once they are spent it sums whole from global memory, alone and in another order
+    (_read_sums: no barrier where warps may part): never stuck for long, correct, its mean
+    possibly apart from its partners' (and its program's other warps') in the last bits. The
+    program publishes its own sums all the same, so its partners never wait on it.
 
     The sequence of staged chunks and its cp.async groups as in rmsnorm_bwd_held_row_kernel, the
     first pass of row j + 1 waiting with RING - 1 - CHUNKS - k later groups allowed pending.
     """
     layout: gl.constexpr = gl.BlockedLayout([8], [32], [WARPS], [0])
-    parts_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
+    # every warp holds all GROUP_PADDED words (and, in the fallback, a whole 32 x 8 vector):
+    # their reductions stay within a warp, with no barrier (_read_sums)
+    parts_layout: gl.constexpr = gl.BlockedLayout([(GROUP_PADDED + 31) // 32], [32], [WARPS], [0])
     shared_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     gl.static_assert(CHUNKS <= 2)
     gl.static_assert(RING >= 2 * CHUNKS)
@@ -312,8 +315,8 @@ def rmsnorm_bwd_held_group_kernel(
     dw_0 = gl.zeros([CHUNK], gl.float32, layout)
     dw_1 = gl.zeros([CHUNK], gl.float32, layout)
     part_ids = gl.arange(0, GROUP_PADDED, layout=parts_layout)
-    lanes = gl.arange(0, 32 * WARPS, layout=parts_layout)  # one a thread (_read_sums)
-    polls = 0  # over all of the program's rows (each warp's own): once spent, no row waits
+    warp_cols = gl.arange(0, 256, layout=layout)  # every warp the same 256 (_read_sums)
+    polls = 0  # each warp's own, over all of the program's rows: once spent, no row waits
     for row in range(row_start, row_end):
         j = row - row_start
         first_slot = (j * CHUNKS % RING).to(gl.int32)
@@ -323,11 +326,11 @@ def rmsnorm_bwd_held_group_kernel(
                           layout, N, CHUNK, CHUNKS, RING, RING - 1 - CHUNKS)  # fmt: skip
         if row + 1 < row_end:
             _publish_sum(SUMS, row + 1, member, dot, GROUP)
-        complete, total, polls = _read_sums(SUMS, words, row, tag_offset, part_ids, lanes, polls,
-                                            GROUP, SPIN_LIMIT)  # fmt: skip
+        complete, total, polls = _read_sums(SUMS, words, row, tag_offset, part_ids, polls, GROUP,
+                                            SPIN_LIMIT)  # fmt: skip
         if complete == 0:  # partners absent: the whole row from global memory
-            total = _row_dot_from_global(X, W, DY, row, stride_x_row, stride_dy_row, chunk_cols,
-                                         offset, layout, N, CHUNK)  # fmt: skip
+            total = _row_dot_from_global(X, W, DY, row, stride_x_row, stride_dy_row, warp_cols,
+                                         offset, N)  # fmt: skip
         rstd = gl.load(RSTD + row)
         mean_gx = total * rstd / N
         for k in gl.static_range(CHUNKS):  # second pass: dx and dw, then restage the slot
@@ -371,36 +374,39 @@ def _sums_complete(words, row, tag_offset, part_ids, GROUP: gl.constexpr):
 
 
 @gluon.jit
-def _read_sums(SUMS, words, row, tag_offset, part_ids, lanes, polls, GROUP: gl.constexpr,
+def _read_sums(SUMS, words, row, tag_offset, part_ids, polls, GROUP: gl.constexpr,
                SPIN_LIMIT: gl.constexpr):  # fmt: skip
     """(complete, total, polls): words, the row's words as first loaded, loaded again while a
     member's is missing and polls (all the program's rows together) are below SPIN_LIMIT;
     total, the sum of the group's values in one fixed order (every member gets the same bits),
     meaningful when complete is 1.
 
-    The parts layout repeats the GROUP words in every warp, so each warp loads, polls and
-    counts its polls on its own. A warp whose polls ran out may find a row incomplete that
-    another warp found complete; the program's decision is therefore the warps' minimum, taken
-    across them (lanes: one element a thread, so the reduction goes through shared memory and
-    every thread gets the same value): complete only if every warp saw the row so, and then
-    every warp holds the same final words."""
+    The parts layout holds all GROUP words in every warp, so each warp loads, polls, counts its
+    polls and reduces on its own, with no barrier: a warp whose polls ran out may find a row
+    incomplete that another warp of its program found complete. That is harmless because the
+    branch a warp then takes, the fallback (_row_dot_from_global, _row_sumsq_from_global), has
+    no barrier either: each warp reads the whole row alone. Its warps then differ only in the
+    last bits of the row's sum, as its partners may (a barrier in a branch that warps take
+    apart would hang or corrupt; a shared decision would cost a barrier a row: 4-5% of the
+    backward at 65536-262144 columns, 14% of the 4096-column forward at 1048576)."""
     complete = _sums_complete(words, row, tag_offset, part_ids, GROUP)
     while (complete == 0) & (polls < SPIN_LIMIT):
         words = _load_sums(SUMS, row, part_ids, GROUP)
         complete = _sums_complete(words, row, tag_offset, part_ids, GROUP)
         polls += 1
-    complete = gl.min(lanes * 0 + complete, axis=0)
     values = (words & 0xFFFFFFFF).to(gl.int32).to(gl.float32, bitcast=True)
     return complete, gl.sum(gl.where(part_ids < GROUP, values, 0.0), axis=0), polls
 
 
 @gluon.jit
-def _row_dot_from_global(X, W, DY, row, stride_x_row, stride_dy_row, chunk_cols, offset,
-                         layout: gl.constexpr, N: gl.constexpr, CHUNK: gl.constexpr):  # fmt: skip
-    """The whole row's sum of w * dy * x, read from global memory (the group's fallback)."""
+def _row_dot_from_global(X, W, DY, row, stride_x_row, stride_dy_row, warp_cols, offset,
+                         N: gl.constexpr):  # fmt: skip
+    """The whole row's sum of w * dy * x, read from global memory by each warp alone (the
+    group's fallback): warp_cols, 256 columns that every warp holds whole, so the sums need no
+    barrier (_read_sums)."""
     dot = 0.0
-    for start in range(0, N, CHUNK):
-        cols = start + chunk_cols
+    for start in range(0, N, 256):
+        cols = start + warp_cols
         mask = cols < N
         w = gl.load(W + cols, mask=mask, other=0.0).to(gl.float32) + offset
         x = gl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(gl.float32)
@@ -430,12 +436,12 @@ def _staged_sumsq(X_RING, slot, cols, layout: gl.constexpr, N: gl.constexpr,
 
 
 @gluon.jit
-def _row_sumsq_from_global(X, row, stride_x_row, chunk_cols, layout: gl.constexpr,
-                           N: gl.constexpr, CHUNK: gl.constexpr):  # fmt: skip
-    """The whole row's sum of squares, read from global memory (the group's fallback)."""
+def _row_sumsq_from_global(X, row, stride_x_row, warp_cols, N: gl.constexpr):
+    """The whole row's sum of squares, read from global memory by each warp alone (the group's
+    fallback; as _row_dot_from_global)."""
     total = 0.0
-    for start in range(0, N, CHUNK):
-        cols = start + chunk_cols
+    for start in range(0, N, 256):
+        cols = start + warp_cols
         x = gl.load(X + row * stride_x_row + cols, mask=cols < N, other=0.0).to(gl.float32)
         total += gl.sum(x * x, axis=0)
     return total
@@ -463,10 +469,11 @@ def rmsnorm_fwd_held_group_kernel(
     publishes row j + 1 before it needs row j, so its partners have a row's time to publish, and
     loads row j's words before that, then sums the group's values in one fixed order (every
     member gets the same bits; member 0 stores rstd) and writes its slice of y. The launch must
-    be cooperative (every program resident at once; launch.py). A program has SPIN_LIMIT polls
+    be cooperative (every program resident at once; launch.py). Each warp has SPIN_LIMIT polls
     for all its rows; a row whose group it finds incomplete once they are spent it sums whole
-    from global memory (another order: its rstd possibly apart from its partners' in the last
-    bits), and it publishes its own sums all the same.
+    from global memory, alone (_read_sums; another order: its rstd possibly apart from its
+    partners' and its program's other warps' in the last bits), and the program publishes its
+    own sums all the same.
 
     Before the loop the first row's slice is waited for with RING - 1 later groups allowed
     pending; in the loop the next row's with RING - 2 (a slot is restaged, one group, after its
@@ -476,7 +483,9 @@ def rmsnorm_fwd_held_group_kernel(
     offset) rounded once; the sum is ordered differently (slice by slice).
     """
     layout: gl.constexpr = gl.BlockedLayout([8], [32], [WARPS], [0])
-    parts_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
+    # every warp holds all GROUP_PADDED words (and, in the fallback, a whole 32 x 8 vector):
+    # their reductions stay within a warp, with no barrier (_read_sums)
+    parts_layout: gl.constexpr = gl.BlockedLayout([(GROUP_PADDED + 31) // 32], [32], [WARPS], [0])
     shared_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     gl.static_assert(RING >= 2)
     gl.static_assert(N <= GROUP * SLICE)
@@ -497,8 +506,8 @@ def rmsnorm_fwd_held_group_kernel(
     sumsq = _staged_sumsq(x_ring, 0, cols, layout, N, RING - 1)
     _publish_sum(SUMS, row_start, member, sumsq, GROUP)  # every group has a row
     part_ids = gl.arange(0, GROUP_PADDED, layout=parts_layout)
-    lanes = gl.arange(0, 32 * WARPS, layout=parts_layout)  # one a thread (_read_sums)
-    polls = 0  # over all of the program's rows (each warp's own): once spent, no row waits
+    warp_cols = gl.arange(0, 256, layout=layout)  # every warp the same 256 (_read_sums)
+    polls = 0  # each warp's own, over all of the program's rows: once spent, no row waits
     for row in range(row_start, row_end):
         j = row - row_start
         slot = (j % RING).to(gl.int32)
@@ -506,10 +515,10 @@ def rmsnorm_fwd_held_group_kernel(
         sumsq = _staged_sumsq(x_ring, ((j + 1) % RING).to(gl.int32), cols, layout, N, RING - 2)
         if row + 1 < row_end:
             _publish_sum(SUMS, row + 1, member, sumsq, GROUP)
-        complete, total, polls = _read_sums(SUMS, words, row, tag_offset, part_ids, lanes, polls,
-                                            GROUP, SPIN_LIMIT)  # fmt: skip
+        complete, total, polls = _read_sums(SUMS, words, row, tag_offset, part_ids, polls, GROUP,
+                                            SPIN_LIMIT)  # fmt: skip
         if complete == 0:  # partners absent: the whole row from global memory
-            total = _row_sumsq_from_global(X, row, stride_x_row, slice_cols, layout, N, SLICE)
+            total = _row_sumsq_from_global(X, row, stride_x_row, warp_cols, N)
         rstd = 1.0 / gl.sqrt_rn(total / N + eps)
         if member == 0:
             gl.store(RSTD + row, rstd)
