@@ -141,11 +141,13 @@ def _compile_held_group_forward_ptx(case: dict) -> str:
                 {"num_warps": config.warps}, divisible=("stride_x_row", "stride_y_row"))  # fmt: skip
 
 
-def _barriers_where_warps_may_part(ptx: str) -> int:
+def _barriers_in_polls_and_fallback(ptx: str) -> int:
     """The grouped kernels' bar.sync from the first line of the poll loop (a loop holding the
     exchange's volatile loads) to the back edge of the fallback loop (one holding 16-byte global
-    loads), neither holding the exchange's atomics: where a program's warps may take different
-    branches (_read_sums), so a barrier there could hang. -1 if either loop is not found."""
+    loads), neither holding the exchange's atomics. Up to 32 words a row a program's warps may
+    take different branches there (gluon_kernels._read_sums), so there must be none; past 32
+    the reductions of the words cross warps (barriers), which is what makes the warps decide
+    alike. -1 if either loop is not found."""
     lines = ptx.splitlines()
     labels = {}
     for i, line in enumerate(lines):
@@ -225,7 +227,9 @@ def main(cases: list[dict]) -> list[dict]:
             )
             found["acquires or releases"] = len(re.findall(r"\.(?:acquire|release)\b", ptx))
             found["volatile loads"] = len(re.findall(r"ld\.volatile\.global\.(?:v2\.)?b64", ptx))
-            found["barriers where warps may part"] = _barriers_where_warps_may_part(ptx)
+            found["barriers from the polls through the fallback"] = _barriers_in_polls_and_fallback(
+                ptx
+            )
         if case["kernel"] in ("held_row_bwd", "held_group_bwd", "held_group_fwd"):  # 16 bytes
             found["staged vectors"] = ptx.count("cp.async.cg.shared.global")
             found["vector stores"] = ptx.count("st.global.v4.b32")

@@ -283,9 +283,7 @@ def rmsnorm_bwd_held_group_kernel(
     first pass of row j + 1 waiting with RING - 1 - CHUNKS - k later groups allowed pending.
     """
     layout: gl.constexpr = gl.BlockedLayout([8], [32], [WARPS], [0])
-    # every warp holds all GROUP_PADDED words (and, in the fallback, a whole 32 x 8 vector):
-    # their reductions stay within a warp, with no barrier (_read_sums)
-    parts_layout: gl.constexpr = gl.BlockedLayout([(GROUP_PADDED + 31) // 32], [32], [WARPS], [0])
+    parts_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])  # (_read_sums)
     shared_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     gl.static_assert(CHUNKS <= 2)
     gl.static_assert(RING >= 2 * CHUNKS)
@@ -381,14 +379,15 @@ def _read_sums(SUMS, words, row, tag_offset, part_ids, polls, GROUP: gl.constexp
     total, the sum of the group's values in one fixed order (every member gets the same bits),
     meaningful when complete is 1.
 
-    The parts layout holds all GROUP words in every warp, so each warp loads, polls, counts its
-    polls and reduces on its own, with no barrier: a warp whose polls ran out may find a row
-    incomplete that another warp of its program found complete. That is harmless because the
-    branch a warp then takes, the fallback (_row_dot_from_global, _row_sumsq_from_global), has
-    no barrier either: each warp reads the whole row alone. Its warps then differ only in the
-    last bits of the row's sum, as its partners may (a barrier in a branch that warps take
-    apart would hang or corrupt; a shared decision would cost a barrier a row: 4-5% of the
-    backward at 65536-262144 columns, 14% of the 4096-column forward at 1048576)."""
+    part_ids' layout is one element a thread. Up to 32 words (GROUP_PADDED <= 32) every warp
+    holds them all: each warp loads, polls, counts its polls and reduces on its own, with no
+    barrier, and a warp whose polls ran out may find a row incomplete that another warp of its
+    program found complete. That is harmless because the branch a warp then takes, the
+    fallback (_row_dot_from_global, _row_sumsq_from_global), has no barrier either: each warp
+    reads the whole row alone (a decision shared through shared memory cost a barrier a row:
+    4-5% of the backward at 65536-262144 columns). Past 32 words the warps hold different words,
+    so every reduction here crosses warps (through shared memory) and every warp gets its
+    result: they poll as many times and decide alike."""
     complete = _sums_complete(words, row, tag_offset, part_ids, GROUP)
     while (complete == 0) & (polls < SPIN_LIMIT):
         words = _load_sums(SUMS, row, part_ids, GROUP)
@@ -403,16 +402,17 @@ def _row_dot_from_global(X, W, DY, row, stride_x_row, stride_dy_row, warp_cols, 
                          N: gl.constexpr):  # fmt: skip
     """The whole row's sum of w * dy * x, read from global memory by each warp alone (the
     group's fallback): warp_cols, 256 columns that every warp holds whole, so the sums need no
-    barrier (_read_sums)."""
-    dot = 0.0
+    barrier (_read_sums); summed in fp64 (a warp's many short steps would otherwise round more
+    than the exchange's two-level sum), rounded to fp32 once."""
+    dot = gl.zeros([], gl.float64)
     for start in range(0, N, 256):
         cols = start + warp_cols
         mask = cols < N
         w = gl.load(W + cols, mask=mask, other=0.0).to(gl.float32) + offset
         x = gl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(gl.float32)
         dy = gl.load(DY + row * stride_dy_row + cols, mask=mask, other=0.0).to(gl.float32)
-        dot += gl.sum(gl.where(mask, w * dy * x, 0.0), axis=0)
-    return dot
+        dot += gl.sum(gl.where(mask, w * dy * x, 0.0).to(gl.float64), axis=0)
+    return dot.to(gl.float32)
 
 
 @gluon.jit
@@ -438,13 +438,13 @@ def _staged_sumsq(X_RING, slot, cols, layout: gl.constexpr, N: gl.constexpr,
 @gluon.jit
 def _row_sumsq_from_global(X, row, stride_x_row, warp_cols, N: gl.constexpr):
     """The whole row's sum of squares, read from global memory by each warp alone (the group's
-    fallback; as _row_dot_from_global)."""
-    total = 0.0
+    fallback; as _row_dot_from_global, in fp64)."""
+    total = gl.zeros([], gl.float64)
     for start in range(0, N, 256):
         cols = start + warp_cols
         x = gl.load(X + row * stride_x_row + cols, mask=cols < N, other=0.0).to(gl.float32)
-        total += gl.sum(x * x, axis=0)
-    return total
+        total += gl.sum((x * x).to(gl.float64), axis=0)
+    return total.to(gl.float32)
 
 
 @gluon.jit
@@ -483,9 +483,7 @@ def rmsnorm_fwd_held_group_kernel(
     offset) rounded once; the sum is ordered differently (slice by slice).
     """
     layout: gl.constexpr = gl.BlockedLayout([8], [32], [WARPS], [0])
-    # every warp holds all GROUP_PADDED words (and, in the fallback, a whole 32 x 8 vector):
-    # their reductions stay within a warp, with no barrier (_read_sums)
-    parts_layout: gl.constexpr = gl.BlockedLayout([(GROUP_PADDED + 31) // 32], [32], [WARPS], [0])
+    parts_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])  # (_read_sums)
     shared_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     gl.static_assert(RING >= 2)
     gl.static_assert(N <= GROUP * SLICE)
