@@ -116,8 +116,10 @@ class HeldGroupForward(NamedTuple):
 #: (probes/2026-11-30-bb689b9d08e7-forward-held-group-sweep.txt), 80-82% of the copy with v22's
 #: exchange (2026-11-30-ef67b6007d7c-wide.jsonl). 4096-column slices, 3 slots, 6 an SM, 4 warps
 #: ran 1.07x (bf16) and 1.15x (fp16) the held row at 512x131072 and 1.00-1.04x v21's at
-#: 256x262144, but 0.91x it at 64x1048576 bf16 (1.00x fp16; 256 programs a row, 3 groups); below 65536
-#: columns every configuration ran 0.89-0.94x the single tile
+#: 256x262144; at 64x1048576 they tied once v24 took a barrier a row out of the 4096 one's
+#: exchange (...-54cf7de0323a-held-group-no-barrier-ab.txt), and in the wide preset the 4096
+#: configuration was chosen at every width (2026-11-30-54cf7de0323a-wide.jsonl); below 65537
+#: columns every configuration ran 0.88-0.94x the single tile
 #: (probes/2026-11-30-476e7722a907-forward-group-below-held-row-ab.txt, ...-2c36f439a200-
 #: forward-group-config-sweep.txt).
 HELD_GROUP_FORWARDS = (
