@@ -116,7 +116,7 @@ def _compile_held_group_backward_ptx(case: dict) -> str:
     n, x = case["block_n"], case["x"]
     pointer_types = {**_held_backward_pointers(x), "SUMS": "i64"}
     group = launch.cdiv(n, launch.HELD_GROUP_SLICE)
-    constexprs = {"N": n, "GROUP": group, "GROUP_PADDED": launch.next_power_of_2(group),
+    constexprs = {"N": n, "GROUP": group, "GROUP_PADDED": launch.held_group_words(group, launch.HELD_GROUP_WARPS),
                   "CHUNK": launch.HELD_BACKWARD_CHUNK, "CHUNKS": launch.HELD_GROUP_CHUNKS,
                   "RING": launch.HELD_GROUP_RING, "HAS_DH_OUT": case["extra"],
                   "WARPS": launch.HELD_GROUP_WARPS, "SPIN_LIMIT": launch.HELD_GROUP_SPIN_LIMIT}  # fmt: skip
@@ -134,7 +134,8 @@ def _compile_held_group_forward_ptx(case: dict) -> str:
     config = launch.HELD_GROUP_FORWARDS[case["config"]]
     pointer_types = {"X": x, "W": x, "Y": x, "RSTD": "fp32", "SUMS": "i64"}
     group = launch.cdiv(n, config.slice_n)
-    constexprs = {"N": n, "GROUP": group, "GROUP_PADDED": launch.next_power_of_2(group),
+    constexprs = {"N": n, "GROUP": group,
+                  "GROUP_PADDED": launch.held_group_words(group, config.warps),
                   "SLICE": config.slice_n, "RING": config.ring, "WARPS": config.warps,
                   "SPIN_LIMIT": launch.HELD_GROUP_SPIN_LIMIT}  # fmt: skip
     return _ptx(gluon_kernels.rmsnorm_fwd_held_group_kernel, pointer_types, constexprs,
@@ -142,12 +143,13 @@ def _compile_held_group_forward_ptx(case: dict) -> str:
 
 
 def _barriers_in_polls_and_fallback(ptx: str) -> int:
-    """The grouped kernels' bar.sync from the first line of the poll loop (a loop holding the
-    exchange's volatile loads) to the back edge of the fallback loop (one holding 16-byte global
-    loads), neither holding the exchange's atomics. Up to 32 words a row a program's warps may
-    take different branches there (gluon_kernels._read_sums), so there must be none; past 32
-    the reductions of the words cross warps (barriers), which is what makes the warps decide
-    alike. -1 if either loop is not found."""
+    """The grouped kernels' barriers (bar.* and barrier.*) and shared-memory accesses from the
+    first line of the poll loop (a loop holding the exchange's volatile loads) to the back edge
+    of the fallback loop (one holding 16-byte global loads), neither holding the exchange's
+    atomics. Up to 32 words a row a program's warps may take different branches there
+    (gluon_kernels._read_sums), so there must be none; past 32 the reductions of the words
+    cross warps (barriers and shared memory), which is what makes the warps decide alike. -1 if
+    either loop is not found or the fallback's does not follow the polls'."""
     lines = ptx.splitlines()
     labels = {}
     for i, line in enumerate(lines):
@@ -168,7 +170,10 @@ def _barriers_in_polls_and_fallback(ptx: str) -> int:
     if not polls or not fallbacks:
         return -1
     start, end = min(lo[0] for lo in polls), max(lo[1] for lo in fallbacks)
-    return sum("bar.sync" in line for line in lines[start : end + 1])
+    if max(lo[1] for lo in polls) >= min(lo[0] for lo in fallbacks):
+        return -1
+    synced = re.compile(r"\b(?:bar|barrier)\.|\.shared\b")
+    return sum(bool(synced.search(line)) for line in lines[start : end + 1])
 
 
 def _ptx(kernel, pointer_types: dict, constexprs: dict, options: dict, divisible=()) -> str:

@@ -266,6 +266,16 @@ def test_device_part_of_the_group_decision(monkeypatch):
         assert launch._held_group_fits_device(cuda, n) is fits, (capability, shared, n)
 
 
+def test_held_group_words_are_whole_in_every_warp_or_one_a_thread():
+    """The exchanged words' tensor: up to 32, GROUP's next power of two (every warp holds all of
+    them); past 32, at least one a thread, so that no warp repeats another's words with loads
+    of its own (gluon_kernels._read_sums)."""
+    words = launch.held_group_words
+    assert [words(g, 8) for g in (1, 3, 4, 16, 17, 32)] == [1, 4, 4, 16, 32, 32]
+    assert [words(g, 8) for g in (33, 64, 256, 257, 528)] == [256, 256, 256, 512, 1024]
+    assert [words(g, 4) for g in (33, 64, 128, 256, 792)] == [128, 128, 128, 256, 1024]
+
+
 def test_held_group_backward_compiles_for_sm90():
     """Compiled for sm_90 (no GPU): the exchange's relaxed 64-bit exchanges (two: the first row
     and the rows after) and volatile 64-bit loads (the early one and the poll's), no acquire or

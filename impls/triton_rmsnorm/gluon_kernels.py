@@ -252,7 +252,7 @@ def rmsnorm_bwd_held_group_kernel(
     tag_offset,
     N: gl.constexpr,  # at most GROUP slices of CHUNKS * CHUNK columns
     GROUP: gl.constexpr,  # programs a row: each owns one slice of its columns
-    GROUP_PADDED: gl.constexpr,  # GROUP's next power of two
+    GROUP_PADDED: gl.constexpr,  # the words' tensor: launch.held_group_words(GROUP, WARPS)
     CHUNK: gl.constexpr,
     CHUNKS: gl.constexpr,  # chunks a slice: 1 or 2 (one dw accumulator in registers each)
     RING: gl.constexpr,  # ring slots, at least 2 * CHUNKS
@@ -312,6 +312,7 @@ def rmsnorm_bwd_held_group_kernel(
     _publish_sum(SUMS, row_start, member, dot, GROUP)  # every group has a row
     dw_0 = gl.zeros([CHUNK], gl.float32, layout)
     dw_1 = gl.zeros([CHUNK], gl.float32, layout)
+    gl.static_assert((GROUP_PADDED <= 32) | (GROUP_PADDED >= 32 * WARPS))  # (_read_sums)
     part_ids = gl.arange(0, GROUP_PADDED, layout=parts_layout)
     warp_cols = gl.arange(0, 256, layout=layout)  # every warp the same 256 (_read_sums)
     polls = 0  # each warp's own, over all of the program's rows: once spent, no row waits
@@ -385,9 +386,14 @@ def _read_sums(SUMS, words, row, tag_offset, part_ids, polls, GROUP: gl.constexp
     program found complete. That is harmless because the branch a warp then takes, the
     fallback (_row_dot_from_global, _row_sumsq_from_global), has no barrier either: each warp
     reads the whole row alone (a decision shared through shared memory cost a barrier a row:
-    4-5% of the backward at 65536-262144 columns). Past 32 words the warps hold different words,
-    so every reduction here crosses warps (through shared memory) and every warp gets its
-    result: they poll as many times and decide alike."""
+    4-5% of the backward at 65536-262144 columns). Past 32 words the tensor has at least one
+    element a thread (GROUP_PADDED >= 32 x WARPS, the rest masked), so no warp holds another's
+    words: each word is loaded once, every reduction here crosses warps through shared memory,
+    and every warp gets the same result from the same loads, so they poll as many times and
+    decide alike. (Between 32 and 32 x WARPS words some warps would repeat others' words with
+    loads of their own, and Triton 3.9's cross-warp step lets repeated warps write the same
+    shared slot, the last writer winning: the decision and the sum could then come from
+    different loads, one of them before a partner published.)"""
     complete = _sums_complete(words, row, tag_offset, part_ids, GROUP)
     while (complete == 0) & (polls < SPIN_LIMIT):
         words = _load_sums(SUMS, row, part_ids, GROUP)
@@ -452,7 +458,7 @@ def rmsnorm_fwd_held_group_kernel(
     X, W, Y, RSTD, SUMS, stride_x_row, stride_y_row, M, rows_per_group, eps, offset, tag_offset,
     N: gl.constexpr,  # at most GROUP slices of SLICE columns
     GROUP: gl.constexpr,  # programs a row: each owns one slice of its columns
-    GROUP_PADDED: gl.constexpr,  # GROUP's next power of two
+    GROUP_PADDED: gl.constexpr,  # the words' tensor: launch.held_group_words(GROUP, WARPS)
     SLICE: gl.constexpr,  # columns a program owns (and a ring slot holds)
     RING: gl.constexpr,  # ring slots: this row's slice, the next row's, and more
     WARPS: gl.constexpr,  # the launch's num_warps (the layout needs it as a constant)
@@ -503,6 +509,7 @@ def rmsnorm_fwd_held_group_kernel(
         _stage_slice(x_ring, s, X, stride_x_row, row_start + s, row_end, cols, N)
     sumsq = _staged_sumsq(x_ring, 0, cols, layout, N, RING - 1)
     _publish_sum(SUMS, row_start, member, sumsq, GROUP)  # every group has a row
+    gl.static_assert((GROUP_PADDED <= 32) | (GROUP_PADDED >= 32 * WARPS))  # (_read_sums)
     part_ids = gl.arange(0, GROUP_PADDED, layout=parts_layout)
     warp_cols = gl.arange(0, 256, layout=layout)  # every warp the same 256 (_read_sums)
     polls = 0  # each warp's own, over all of the program's rows: once spent, no row waits

@@ -1034,7 +1034,8 @@ def _forward_held_group(
     per_sm = _held_group_forward_programs_per_sm(x.device.index or 0, config)
     groups, rows_per_group = _row_groups(m, group, x.device, per_sm)
     sums = torch.zeros((m * group,), dtype=torch.int64, device=x.device)
-    constexprs = {"GROUP": group, "GROUP_PADDED": next_power_of_2(group), "SLICE": config.slice_n,
+    constexprs = {"GROUP": group, "GROUP_PADDED": held_group_words(group, config.warps),
+                  "SLICE": config.slice_n,
                   "RING": config.ring, "WARPS": config.warps}  # fmt: skip
     meta = {"N": n, **constexprs, "SPIN_LIMIT": HELD_GROUP_SPIN_LIMIT,
             "num_warps": config.warps, "launch_cooperative_grid": True}  # fmt: skip
@@ -1286,6 +1287,15 @@ def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool, dw
     _reduce_partials(dw_partial, dw)
 
 
+def held_group_words(group: int, warps: int) -> int:
+    """The size of a grouped kernel's tensor of a row's exchanged words (one a member, the rest
+    masked): group's next power of two up to 32, which every warp then holds whole (its
+    reductions stay within the warp); past 32, at least one a thread (32 x warps), so that no
+    warp repeats another's words (gluon_kernels._read_sums says why)."""
+    words = next_power_of_2(group)
+    return words if words <= 32 else max(words, 32 * warps)
+
+
 def _row_groups(
     m: int, programs_per_group: int, device: torch.device, programs_per_sm: int = 1
 ) -> tuple[int, int]:
@@ -1390,7 +1400,7 @@ def _backward_held_group(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw
     groups, rows_per_group = _row_groups(m, group, x.device)
     dw_partial = torch.empty((groups, n), dtype=torch.float32, device=x.device)
     sums = torch.zeros((m * group,), dtype=torch.int64, device=x.device)
-    config = {"GROUP": group, "GROUP_PADDED": next_power_of_2(group),
+    config = {"GROUP": group, "GROUP_PADDED": held_group_words(group, HELD_GROUP_WARPS),
               "CHUNK": HELD_BACKWARD_CHUNK, "CHUNKS": HELD_GROUP_CHUNKS, "RING": HELD_GROUP_RING,
               "WARPS": HELD_GROUP_WARPS}  # fmt: skip
     meta = {"N": n, **config, "HAS_DH_OUT": has_dh_out, "SPIN_LIMIT": HELD_GROUP_SPIN_LIMIT,
