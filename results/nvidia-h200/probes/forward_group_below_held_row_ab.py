@@ -53,7 +53,7 @@ CONFIGS = [
 def _group_run(m, n, slice_cols, ring, per_sm, warps):
     group = launch.cdiv(n, slice_cols)
     groups, rows_per_group = launch._row_groups(m, group, torch.device("cuda", 0), per_sm)
-    meta = {"N": n, "GROUP": group, "GROUP_PADDED": launch.next_power_of_2(group),
+    meta = {"N": n, "GROUP": group, "GROUP_PADDED": launch.held_group_words(group, warps),
             "SLICE": slice_cols, "RING": ring, "WARPS": warps,
             "SPIN_LIMIT": launch.HELD_GROUP_SPIN_LIMIT, "num_warps": warps,
             "launch_cooperative_grid": True}  # fmt: skip
