@@ -14,8 +14,6 @@ from .kernels import BF16X2_TO_FP32_PTX, FP16X2_TO_FP32_PTX
 #: cp.async from a tensor of pointers into a shared buffer: Triton 3.6 calls it
 #: async_copy_global_to_shared, later versions async_load (and raise on the old name).
 _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
-#: A barrier of the program's threads: Triton 3.6 calls it thread_barrier, later versions barrier.
-_cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 
 
 @gluon.jit
@@ -411,7 +409,7 @@ def _row_dot_from_global(X, W, DY, row, stride_x_row, stride_dy_row, warp_cols, 
     barrier (_read_sums); summed in fp64 (a warp's many short steps would otherwise round more
     than the exchange's two-level sum), rounded to fp32 once."""
     dot = gl.zeros([], gl.float64)
-    for start in range(0, N, 256):
+    for start in range(0, N, warp_cols.shape[0]):
         cols = start + warp_cols
         mask = cols < N
         w = gl.load(W + cols, mask=mask, other=0.0).to(gl.float32) + offset
@@ -446,7 +444,7 @@ def _row_sumsq_from_global(X, row, stride_x_row, warp_cols, N: gl.constexpr):
     """The whole row's sum of squares, read from global memory by each warp alone (the group's
     fallback; as _row_dot_from_global, in fp64)."""
     total = gl.zeros([], gl.float64)
-    for start in range(0, N, 256):
+    for start in range(0, N, warp_cols.shape[0]):
         cols = start + warp_cols
         x = gl.load(X + row * stride_x_row + cols, mask=cols < N, other=0.0).to(gl.float32)
         total += gl.sum((x * x).to(gl.float64), axis=0)
