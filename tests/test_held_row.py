@@ -15,11 +15,14 @@ from impls.triton_rmsnorm import launch
 from tests import sm90_compile
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
-from tests.test_held_row_backward import assert_every_slice_published, record_exchanges
+from tests.test_held_row_backward import (
+    ON_NVIDIA_GPU,
+    assert_every_slice_published,
+    record_exchanges,
+)
 from tests.test_triton_features import TOL, _assert_matches_oracle
 
 WIDEST = launch.HELD_ROW_MAX_N
-ON_NVIDIA_GPU = DEVICE == "cuda" and torch.version.hip is None
 needs_held_row_gpu = pytest.mark.skipif(
     not (
         ON_NVIDIA_GPU
