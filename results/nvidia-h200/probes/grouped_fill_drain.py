@@ -60,12 +60,16 @@ def _copy(a):
     triton_copy(a[0], a[1])
 
 
+def _zero(a):
+    a[0].zero_()
+
+
 def main(out_path: str) -> None:
     stream = torch.cuda.Stream()
     l2 = tuning.l2_bytes(0)
     result = {"gpu": torch.cuda.get_device_name(), "rows": [], "fits": []}
     for n, row_counts in WIDTHS.items():
-        times = {"fwd": [], "bwd": [], "copy fwd": [], "copy bwd": []}
+        times = {"fwd": [], "bwd": [], "copy fwd": [], "copy bwd": [], "zeroing": []}
         for m in row_counts:
             torch.manual_seed(0)
             x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
@@ -77,9 +81,11 @@ def main(out_path: str) -> None:
             src_fwd, dst_fwd = torch.empty_like(x), torch.empty_like(x)
             src_bwd = torch.empty(3 * m * n // 2, device="cuda", dtype=torch.bfloat16)
             dst_bwd = torch.empty_like(src_bwd)
+            sums = torch.empty(m * launch.cdiv(n, 4096), device="cuda", dtype=torch.int64)
             cases = {"fwd": (_forward, (x, w)), "bwd": (_backward, (x, w, dy, rstd)),
                      "copy fwd": (_copy, (src_fwd, dst_fwd)),
-                     "copy bwd": (_copy, (src_bwd, dst_bwd))}  # fmt: skip
+                     "copy bwd": (_copy, (src_bwd, dst_bwd)),
+                     "zeroing": (_zero, (sums,))}  # fmt: skip
             us = {}
             for name, (run, args) in cases.items():
                 arg_sets = tuning.rotating_arguments(args, l2)
