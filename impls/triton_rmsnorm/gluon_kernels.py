@@ -453,7 +453,7 @@ def _row_sumsq_from_global(X, row, stride_x_row, warp_cols, N: gl.constexpr):
 
 @gluon.jit
 def rmsnorm_fwd_held_group_kernel(
-    X, W, Y, RSTD, SUMS, stride_x_row, stride_y_row, M, rows_per_group, eps, offset, tag_offset,
+    X, W, Y, RSTD, SUMS, stride_x_row, stride_y_row, M, eps, offset, tag_offset,
     N: gl.constexpr,  # at most GROUP slices of SLICE columns
     GROUP: gl.constexpr,  # programs a row: each owns one slice of its columns
     GROUP_PADDED: gl.constexpr,  # the words' tensor: launch.held_group_words(GROUP, WARPS)
@@ -465,13 +465,15 @@ def rmsnorm_fwd_held_group_kernel(
     """RMSNorm forward of 16-bit rows too wide for one SM, read from HBM once: GROUP programs
     share each row, program `member` of its group owning columns [member * SLICE, (member + 1)
     * SLICE); its slice of each row staged in a shared-memory ring (cp.async, one group a slot,
-    restaged with the row RING rows on once its y is written), w's slice staged once. A group
-    walks a contiguous chunk of rows.
+    restaged with its group's row RING rows on once its y is written), w's slice staged once. The rows
+    are dealt out in turn: group g of G takes rows g, g + G, g + 2G, ..., so the rows in flight
+    at once are neighbours (1.01-1.07x contiguous chunks of rows, which put them all over the
+    input: `probes/2026-11-30-d1891c3c1f47-held-group-row-order-ab.txt`).
 
     The sum of squares needs the whole row: the exchange of rmsnorm_bwd_held_group_kernel (one
     word a slice through SUMS, tagged with its row; _publish_sum, _read_sums). A program
-    publishes row j + 1 before it needs row j, so its partners have a row's time to publish, and
-    loads row j's words before that, then sums the group's values in one fixed order (every
+    publishes its group's next row before it needs this one, so its partners have a row's time
+    to publish, and loads this row's words before that, then sums the group's values in one fixed order (every
     member gets the same bits; member 0 stores rstd) and writes its slice of y. The launch must
     be cooperative (every program resident at once; launch.py). Each warp has SPIN_LIMIT polls
     for all its rows; a row whose group it finds incomplete once they are spent it sums whole
@@ -499,25 +501,25 @@ def rmsnorm_fwd_held_group_kernel(
     slice_cols = gl.arange(0, SLICE, layout=layout)
     cols = member * SLICE + slice_cols
     in_row = cols < N
-    row_start = group.to(gl.int64) * rows_per_group
-    row_end = gl.minimum(row_start + rows_per_group, M)
+    groups = gl.num_programs(0) // GROUP  # at most M: every group has a row
+    row_start = group.to(gl.int64)
     _async_load(w_held, W + cols, mask=in_row)  # w's slice, once: the oldest group
     async_copy.commit_group()
     for s in gl.static_range(RING):
-        _stage_slice(x_ring, s, X, stride_x_row, row_start + s, row_end, cols, N)
+        _stage_slice(x_ring, s, X, stride_x_row, row_start + s * groups, M, cols, N)
     sumsq = _staged_sumsq(x_ring, 0, cols, layout, N, RING - 1)
     _publish_sum(SUMS, row_start, member, sumsq, GROUP)  # every group has a row
     gl.static_assert((GROUP_PADDED <= 32) | (GROUP_PADDED >= 32 * WARPS))  # (_read_sums)
     part_ids = gl.arange(0, GROUP_PADDED, layout=parts_layout)
     warp_cols = gl.arange(0, 256, layout=layout)  # every warp the same 256 (_read_sums)
     polls = 0  # each warp's own, over all of the program's rows: once spent, no row waits
-    for row in range(row_start, row_end):
-        j = row - row_start
+    for row in range(row_start, M, groups):
+        j = (row - row_start) // groups
         slot = (j % RING).to(gl.int32)
         words = _load_sums(SUMS, row, part_ids, GROUP)  # in flight over the next row's sum
         sumsq = _staged_sumsq(x_ring, ((j + 1) % RING).to(gl.int32), cols, layout, N, RING - 2)
-        if row + 1 < row_end:
-            _publish_sum(SUMS, row + 1, member, sumsq, GROUP)
+        if row + groups < M:
+            _publish_sum(SUMS, row + groups, member, sumsq, GROUP)
         complete, total, polls = _read_sums(SUMS, words, row, tag_offset, part_ids, polls, GROUP,
                                             SPIN_LIMIT)  # fmt: skip
         if complete == 0:  # partners absent: the whole row from global memory
@@ -528,5 +530,5 @@ def rmsnorm_fwd_held_group_kernel(
         x = x_ring.index(slot).load(layout).to(gl.float32)
         w = w_held.load(layout).to(gl.float32) + offset
         gl.store(Y + row * stride_y_row + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=in_row)
-        _stage_slice(x_ring, slot, X, stride_x_row, row + RING, row_end, cols, N)
+        _stage_slice(x_ring, slot, X, stride_x_row, row + RING * groups, M, cols, N)
     async_copy.wait_group(0)  # the last (masked) copies land before the program ends

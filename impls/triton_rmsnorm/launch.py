@@ -169,6 +169,19 @@ SPLIT_BLOCK_N = 16384
 DW_REDUCE_MAX_ROWS = 256
 DW_REDUCE_BLOCK_N = 32
 DW_REDUCE_WARPS = 8
+#: Over DW_REDUCE_FEW_ROWS partial rows or fewer (the grouped backwards' 2-16 groups) that tile
+#: leaves a program 64-512 elements: 32768 programs of 64 over [2, 1048576], 22-28 µs where the
+#: read takes 4. There the tile is DW_REDUCE_FEW_ROWS_TILE elements, at most
+#: DW_REDUCE_MAX_BLOCK_N columns and no more than leave every SM a program, 8 warps from
+#: DW_REDUCE_WIDE_BLOCK_N columns and 4 below (1.5-6.4x at 2-16 rows of 131072-1048576 columns,
+#: within 0.2 µs of the best swept elsewhere; 128 columns at 8 warps ran 1.5-3x slower than at
+#: 4: `probes/2026-11-30-5bf2d0db5974-dw-reduce-tile-sweep.txt`).
+DW_REDUCE_FEW_ROWS = 16
+DW_REDUCE_FEW_ROWS_TILE = 8192
+DW_REDUCE_MAX_BLOCK_N = 1024
+DW_REDUCE_WIDE_BLOCK_N = 512
+DW_REDUCE_FEW_ROWS_WIDE_WARPS = 8
+DW_REDUCE_FEW_ROWS_NARROW_WARPS = 4
 #: Column indices are int32 inside the kernels, and the last chunk's indices (up to N - 1 plus
 #: one chunk) must stay below 2**31.
 MAX_N = 2**31 - SPLIT_BLOCK_N
@@ -216,6 +229,11 @@ def cdiv(a: int, b: int) -> int:
 def next_power_of_2(n: int) -> int:
     """The smallest power of two >= n (1 for n <= 1); plain Python, like cdiv."""
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def _previous_power_of_2(n: int) -> int:
+    """The largest power of two <= n (1 for n <= 1)."""
+    return 1 if n <= 1 else 1 << (n.bit_length() - 1)
 
 
 #: Read once, when triton is imported with this module, as Triton itself reads it.
@@ -1027,19 +1045,19 @@ def _forward_held_group(
     x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual, *, config
 ):
     """Rows shared by a group of programs (held_group_forwards says when), in configuration
-    `config`: as many groups as fit _held_group_forward_programs_per_sm programs an SM, each
-    walking a contiguous chunk of rows. Allocates one int64 per (row, slice) (the exchange)."""
+    `config`: as many groups as fit _held_group_forward_programs_per_sm programs an SM, the rows
+    dealt out to them in turn. Allocates one int64 per (row, slice) (the exchange)."""
     m, n = x.shape
     group = cdiv(n, config.slice_n)
     per_sm = _held_group_forward_programs_per_sm(x.device.index or 0, config)
-    groups, rows_per_group = _row_groups(m, group, x.device, per_sm)
+    groups = _group_count(m, group, x.device, per_sm)
     sums = torch.zeros((m * group,), dtype=torch.int64, device=x.device)
     constexprs = {"GROUP": group, "GROUP_PADDED": held_group_words(group, config.warps),
                   "SLICE": config.slice_n,
                   "RING": config.ring, "WARPS": config.warps}  # fmt: skip
     meta = {"N": n, **constexprs, "SPIN_LIMIT": HELD_GROUP_SPIN_LIMIT,
             "num_warps": config.warps, "launch_cooperative_grid": True}  # fmt: skip
-    args = (x, weight, y, rstd, sums, strides[0], strides[1], m, rows_per_group, eps, offset,
+    args = (x, weight, y, rstd, sums, strides[0], strides[1], m, eps, offset,
             HELD_GROUP_TAG_OFFSET)  # fmt: skip
     direct.launch(gluon_kernels.rmsnorm_fwd_held_group_kernel, (groups * group,), args, meta,
                   x.get_device())  # fmt: skip
@@ -1146,11 +1164,26 @@ def _backward_paths(x, dy, weight, dh_out) -> list:
 def _reduce_partials(dw_partial: torch.Tensor, dw: torch.Tensor) -> None:
     """dw = the [programs, N] fp32 partials summed over programs, in a fixed order."""
     rows, n = dw_partial.shape
+    block_rows, block_n, warps = dw_reduce_tile(rows, n, dw_partial.device)
     _launch_fixed(
-        kernels.rmsnorm_dw_reduce_kernel, (cdiv(n, DW_REDUCE_BLOCK_N),), dw_partial, dw, rows, n,
-        BLOCK_ROWS=min(next_power_of_2(rows), DW_REDUCE_MAX_ROWS), BLOCK_N=DW_REDUCE_BLOCK_N,
-        num_warps=DW_REDUCE_WARPS,
+        kernels.rmsnorm_dw_reduce_kernel, (cdiv(n, block_n),), dw_partial, dw, rows, n,
+        BLOCK_ROWS=block_rows, BLOCK_N=block_n, num_warps=warps,
     )  # fmt: skip
+
+
+def dw_reduce_tile(rows: int, n: int, device: torch.device) -> tuple[int, int, int]:
+    """(BLOCK_ROWS, BLOCK_N, num_warps) of the dw reduction over [rows, n] partials: every row
+    at once (padded to a power of two, DW_REDUCE_MAX_ROWS at most) by DW_REDUCE_BLOCK_N columns,
+    or, over DW_REDUCE_FEW_ROWS rows or fewer, by as many columns as make a
+    DW_REDUCE_FEW_ROWS_TILE-element tile within the limits of the constants' comment."""
+    block_rows = min(next_power_of_2(rows), DW_REDUCE_MAX_ROWS)
+    if rows > DW_REDUCE_FEW_ROWS:
+        return block_rows, DW_REDUCE_BLOCK_N, DW_REDUCE_WARPS
+    per_sm = max(DW_REDUCE_BLOCK_N, _previous_power_of_2(n // _programs_cap(device)))
+    block_n = min(DW_REDUCE_FEW_ROWS_TILE // block_rows, DW_REDUCE_MAX_BLOCK_N, per_sm)
+    if block_n >= DW_REDUCE_WIDE_BLOCK_N:
+        return block_rows, block_n, DW_REDUCE_FEW_ROWS_WIDE_WARPS
+    return block_rows, block_n, DW_REDUCE_FEW_ROWS_NARROW_WARPS
 
 
 def _backward_single_tile(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool, dw):
@@ -1296,14 +1329,20 @@ def held_group_words(group: int, warps: int) -> int:
     return words if words <= 32 else max(words, 32 * warps)
 
 
+def _group_count(
+    m: int, programs_per_group: int, device: torch.device, programs_per_sm: int = 1
+) -> int:
+    """As many groups of programs_per_group programs as fit programs_per_sm programs an SM, at
+    least one and at most m (every group has a row)."""
+    return max(1, min(m, programs_per_sm * _programs_cap(device) // programs_per_group))
+
+
 def _row_groups(
     m: int, programs_per_group: int, device: torch.device, programs_per_sm: int = 1
 ) -> tuple[int, int]:
-    """(groups, rows per group): contiguous chunks of the m rows, as many as groups of
-    programs_per_group programs fit programs_per_sm programs an SM (at least one), none without
-    rows."""
-    groups = max(1, min(m, programs_per_sm * _programs_cap(device) // programs_per_group))
-    rows_per_group = cdiv(m, groups)
+    """(groups, rows per group): contiguous chunks of the m rows, one a group (_group_count
+    groups at most), none without rows."""
+    rows_per_group = cdiv(m, _group_count(m, programs_per_group, device, programs_per_sm))
     return cdiv(m, rows_per_group), rows_per_group
 
 

@@ -52,7 +52,7 @@ CONFIGS = [
 
 def _group_run(m, n, slice_cols, ring, per_sm, warps):
     group = launch.cdiv(n, slice_cols)
-    groups, rows_per_group = launch._row_groups(m, group, torch.device("cuda", 0), per_sm)
+    groups = launch._group_count(m, group, torch.device("cuda", 0), per_sm)
     meta = {"N": n, "GROUP": group, "GROUP_PADDED": launch.held_group_words(group, warps),
             "SLICE": slice_cols, "RING": ring, "WARPS": warps,
             "SPIN_LIMIT": launch.HELD_GROUP_SPIN_LIMIT, "num_warps": warps,
@@ -62,7 +62,7 @@ def _group_run(m, n, slice_cols, ring, per_sm, warps):
         x, w, y, rstd, sums = a
         sums.zero_()  # as the product's torch.zeros a call
         gluon_kernels.rmsnorm_fwd_held_group_kernel[(groups * group,)](
-            x, w, y, rstd, sums, x.stride(0), y.stride(0), m, rows_per_group, 1e-6, 0.0, 0, **meta
+            x, w, y, rstd, sums, x.stride(0), y.stride(0), m, 1e-6, 0.0, 0, **meta
         )
 
     return run, group, groups

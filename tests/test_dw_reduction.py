@@ -1,0 +1,47 @@
+"""The dw reduction (launch._reduce_partials: the backward's [programs, N] fp32 partials summed
+over programs) at any number of partial rows and any width: every column written, each within
+the bound of an fp32 sum in any order of the exact sum. Both of launch.dw_reduce_tile's tiles
+run: over few rows (the grouped backwards') and over many (one partial row a program)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from impls.triton_rmsnorm import launch
+from tests.conftest import DEVICE
+
+ROWS = [1, 2, 5, 16, 17, 132]
+WIDTHS = [7, 1000, 4133]
+
+
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize("n", WIDTHS)
+def test_dw_reduction_sums_every_column(rows, n):
+    generator = torch.Generator().manual_seed(rows * 7919 + n)
+    partial = torch.randn(rows, n, generator=generator).to(DEVICE)
+    dw = torch.full((n,), float("nan"), device=DEVICE)
+    launch._reduce_partials(partial, dw)
+    exact = partial.double().sum(0)
+    bound = rows * 2.0**-24 * partial.double().abs().sum(0)  # fp32 summation, any order
+    error = (dw.double() - exact).abs()
+    assert not dw.isnan().any(), "columns left unwritten"
+    assert (error <= bound).all(), f"worst error {float((error / bound).max()):.2f} of the bound"
+
+
+@pytest.mark.parametrize("rows", [1, 2, 16, 17, 132])
+def test_dw_reduction_tile_fits_the_kernel(monkeypatch, rows):
+    """On an H200's 132 SMs: few rows get a wide tile that still leaves every SM a program (up to
+    DW_REDUCE_MAX_BLOCK_N columns), many rows the 32-column one; every tile a power of two."""
+    monkeypatch.setattr(launch, "_programs_cap", lambda device: 132)
+    for n in (4096, 131072, 1 << 20):
+        block_rows, block_n, warps = launch.dw_reduce_tile(rows, n, torch.device("cpu"))
+        assert block_rows >= rows and block_rows & (block_rows - 1) == 0
+        assert block_n & (block_n - 1) == 0 and warps in (4, 8)
+        if rows > launch.DW_REDUCE_FEW_ROWS:
+            assert block_n == launch.DW_REDUCE_BLOCK_N
+        else:
+            assert block_rows * block_n <= launch.DW_REDUCE_FEW_ROWS_TILE
+            assert launch.DW_REDUCE_BLOCK_N <= block_n <= launch.DW_REDUCE_MAX_BLOCK_N
+            assert launch.cdiv(n, block_n) >= min(132, launch.cdiv(n, launch.DW_REDUCE_BLOCK_N))
+    assert launch.dw_reduce_tile(2, 1 << 20, torch.device("cpu"))[1] == 1024  # was 32
