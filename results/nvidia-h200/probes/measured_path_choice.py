@@ -1,0 +1,74 @@
+"""Probe: what the first call's path measurement (launch._fastest -> tuning.fastest) timed, in a
+fresh process, after the wide run at 6e0569859fab chose the split backward at 64x1048576 bf16
+(168.8 µs) where fp16 in the same run chose the grouped one (135.8 µs).
+
+tuning.fastest is wrapped so that every choice prints its candidates' device times; the product
+is called as a model would (rmsnorm with autograd, the forward then the backward), once per
+shape, in the order given. Run it in several processes to see the choice's spread.
+
+Prediction: the grouped backward measures ~136 µs and the split ~169 µs at every try (the wide
+run's choice then came from the loaded harness process, not the measurement's spread).
+
+Run from the repository root on an sm_90 GPU:
+    PYTHONPATH=.:results/nvidia-h200/probes python results/nvidia-h200/probes/measured_path_choice.py out.json 64x1048576:bf16 ...
+"""
+
+import json
+import sys
+
+import torch
+
+from impls.triton_rmsnorm import launch, rmsnorm, tuning
+
+CHOICES = []
+
+
+def _recording(fastest):
+    def wrapped(candidates, run, args):
+        times = []
+        kept = tuning._median_ms
+
+        def median_ms(call, arg_sets, stream):
+            ms = kept(call, arg_sets, stream)
+            times.append(ms * 1e3)
+            return ms
+
+        tuning._median_ms = median_ms
+        try:
+            chosen = fastest(candidates, run, args)
+        finally:
+            tuning._median_ms = kept
+        names = [launch._path_name(c) if callable(c) else str(c) for c in candidates]
+        if len(candidates) > 1:
+            CHOICES.append(
+                {"candidates": names, "us": times, "chosen": names[candidates.index(chosen)]}
+            )
+            print("   ", "  ".join(f"{n} {t:.1f}" for n, t in zip(names, times, strict=False)),
+                  "->", CHOICES[-1]["chosen"], flush=True)  # fmt: skip
+        return chosen
+
+    return wrapped
+
+
+def main(out_path: str, cases: list[str]) -> None:
+    tuning.fastest = _recording(tuning.fastest)
+    result = {"gpu": torch.cuda.get_device_name(), "cases": []}
+    for case in cases:
+        shape, dtype_name = case.split(":")
+        m, n = map(int, shape.split("x"))
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+        print(case, flush=True)
+        start = len(CHOICES)
+        torch.manual_seed(0)
+        x = torch.randn(m, n, device="cuda", dtype=dtype, requires_grad=True)
+        w = torch.randn(n, device="cuda", dtype=dtype, requires_grad=True)
+        y = rmsnorm(x, w, 1e-6)
+        y.backward(torch.randn_like(y))
+        torch.cuda.synchronize()
+        result["cases"].append({"case": case, "choices": CHOICES[start:]})
+        with open(out_path, "w") as f:
+            json.dump(result, f, indent=0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])
