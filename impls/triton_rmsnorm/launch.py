@@ -817,6 +817,12 @@ def _forward_paths(m: int, n: int, device: torch.device) -> list:
 FORWARD_LOOPED_FROM_N = 16384
 #: (direction, N, M's bit length, residual, dtypes, device, candidates) -> the fastest path.
 _MEASURED_PATH: dict[tuple, object] = {}
+#: Each path is timed this many times, every other pass in reverse order, its best time kept: a
+#: path chosen once is kept for the process. With one pass (2.5 ms of replays a path) the wide
+#: run at 6e0569859fab kept the two-step backward at 64x1048576 bf16 (168.8 µs) where fresh
+#: processes measured the grouped one at 144 µs against its 171, every time
+#: (`probes/2026-11-30-271ee64b6e0d-measured-path-choice-*.txt`).
+PATH_MEASURE_PASSES = 2
 
 
 def _fastest(paths: list, args: tuple):
@@ -839,7 +845,9 @@ def _fastest(paths: list, args: tuple):
             )
         else:
             runnable.append(path)
-    return tuning.fastest(runnable, lambda path, launch_args: path(*launch_args), args)
+    return tuning.fastest(
+        runnable, lambda path, launch_args: path(*launch_args), args, passes=PATH_MEASURE_PASSES
+    )
 
 
 def _path_name(path) -> str:

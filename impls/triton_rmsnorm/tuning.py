@@ -120,24 +120,32 @@ def l2_bytes(device_index: int) -> int:
     return int(getattr(props, "L2_cache_size", 0) or 50 << 20)
 
 
-def fastest(candidates: Sequence, launch: Callable[[object, tuple], object], args: tuple):
+def fastest(
+    candidates: Sequence, launch: Callable[[object, tuple], object], args: tuple, passes: int = 1
+):
     """The candidate whose launch(candidate, args) takes the least device time; args' tensors
-    are CUDA tensors on the current device. Candidates that cannot compile on this GPU are
-    skipped; if none can, the first one's error is raised."""
+    are CUDA tensors on the current device. With passes > 1 every candidate is timed that many
+    times, every other pass in reverse order, and its best time counts. Candidates that cannot
+    compile on this GPU are skipped; if none can, the first one's error is raised."""
     if len(candidates) == 1:
         return candidates[0]
     device_index = next(a for a in args if isinstance(a, torch.Tensor)).get_device()
     arg_sets = rotating_arguments(args, l2_bytes(device_index))
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())  # the caller's inputs and the copies
-    times, first_error = [], None
+    times, first_error = [float("inf")] * len(candidates), None
     try:
-        for candidate in candidates:
-            try:
-                times.append(_median_ms(lambda a, c=candidate: launch(c, a), arg_sets, stream))
-            except _UNRUNNABLE as error:
-                first_error = first_error or error
-                times.append(float("inf"))
+        for rep in range(passes):
+            order = range(len(candidates)) if rep % 2 == 0 else reversed(range(len(candidates)))
+            for i in order:
+                if rep > 0 and times[i] == float("inf"):
+                    continue  # unrunnable
+                try:
+                    ms = _median_ms(lambda a, c=candidates[i]: launch(c, a), arg_sets, stream)
+                except _UNRUNNABLE as error:
+                    first_error = first_error or error
+                    continue
+                times[i] = min(times[i], ms)
     finally:
         torch.cuda.current_stream().wait_stream(stream)
     if min(times) == float("inf"):
