@@ -24,7 +24,7 @@ CHOICES = []
 
 
 def _recording(fastest):
-    def wrapped(candidates, run, args):
+    def wrapped(candidates, run, args, **options):
         times = []
         kept = tuning._median_ms
 
@@ -35,7 +35,7 @@ def _recording(fastest):
 
         tuning._median_ms = median_ms
         try:
-            chosen = fastest(candidates, run, args)
+            chosen = fastest(candidates, run, args, **options)
         finally:
             tuning._median_ms = kept
         names = [launch._path_name(c) if callable(c) else str(c) for c in candidates]
