@@ -2,7 +2,8 @@
 fresh process, after the wide run at 6e0569859fab chose the split backward at 64x1048576 bf16
 (168.8 µs) where fp16 in the same run chose the grouped one (135.8 µs).
 
-tuning.fastest is wrapped so that every choice prints its candidates' device times; the product
+tuning.fastest is wrapped so that every choice prints its candidates' device times, every pass
+in the order timed (before 2026-11-30's last runs it printed the first pass only); the product
 is called as a model would (rmsnorm with autograd, the forward then the backward), once per
 shape, in the order given. Run it in several processes to see the choice's spread.
 
@@ -21,6 +22,15 @@ import torch
 from impls.triton_rmsnorm import launch, rmsnorm, tuning
 
 CHOICES = []
+
+
+def _measured_order(count: int, passes: int) -> list[int]:
+    """The candidates' indices in the order tuning.fastest times them (every other pass
+    reversed), so that each printed time carries its candidate's name."""
+    order = []
+    for rep in range(passes):
+        order += list(range(count)) if rep % 2 == 0 else list(reversed(range(count)))
+    return order
 
 
 def _recording(fastest):
@@ -43,7 +53,8 @@ def _recording(fastest):
             CHOICES.append(
                 {"candidates": names, "us": times, "chosen": names[candidates.index(chosen)]}
             )
-            print("   ", "  ".join(f"{n} {t:.1f}" for n, t in zip(names, times, strict=False)),
+            order = _measured_order(len(names), options.get("passes", 1))
+            print("   ", "  ".join(f"{names[i]} {t:.1f}" for i, t in zip(order, times, strict=False)),
                   "->", CHOICES[-1]["chosen"], flush=True)  # fmt: skip
         return chosen
 
