@@ -45,3 +45,39 @@ def test_dw_reduction_tile_fits_the_kernel(monkeypatch, rows):
             assert launch.DW_REDUCE_BLOCK_N <= block_n <= launch.DW_REDUCE_MAX_BLOCK_N
             assert launch.cdiv(n, block_n) >= min(132, launch.cdiv(n, launch.DW_REDUCE_BLOCK_N))
     assert launch.dw_reduce_tile(2, 1 << 20, torch.device("cpu"))[1] == 1024  # was 32
+
+
+def test_dw_reduction_over_more_rows_than_one_tile_holds_and_repeats_its_bits():
+    """300 partial rows: more than DW_REDUCE_MAX_ROWS, so the kernel's row loop takes two steps;
+    a second call gives the same bits (a fixed order)."""
+    rows, n = launch.DW_REDUCE_MAX_ROWS + 44, 333
+    generator = torch.Generator().manual_seed(300)
+    partial = torch.randn(rows, n, generator=generator).to(DEVICE)
+    first = torch.full((n,), float("nan"), device=DEVICE)
+    again = torch.full((n,), float("nan"), device=DEVICE)
+    launch._reduce_partials(partial, first)
+    launch._reduce_partials(partial, again)
+    exact = partial.double().sum(0)
+    bound = rows * 2.0**-24 * partial.double().abs().sum(0)
+    assert ((first.double() - exact).abs() <= bound).all()
+    assert torch.equal(first, again)
+
+
+@pytest.mark.parametrize("per_sm", [1, 6])
+def test_group_counts_cover_every_row_once(monkeypatch, per_sm):
+    """launch._group_count (the grouped forward's groups, which take rows g, g + G, ...) and
+    launch._row_groups (the grouped backward's contiguous chunks): at least one group and at
+    most m, within the program slots, every row in exactly one group, no group without rows."""
+    monkeypatch.setattr(launch, "_programs_cap", lambda device: 132)
+    device = torch.device("cpu")
+    for m in (1, 2, 5, 23, 24, 25, 64, 300, 513):
+        for group in (1, 4, 32, 64, 256):
+            groups = launch._group_count(m, group, device, per_sm)
+            assert 1 <= groups <= m
+            if group <= per_sm * 132:
+                assert groups * group <= per_sm * 132
+            dealt = sorted(row for g in range(groups) for row in range(g, m, groups))
+            assert dealt == list(range(m))
+            chunks, rows_per_group = launch._row_groups(m, group, device, per_sm)
+            assert 1 <= chunks <= groups and (chunks - 1) * rows_per_group < m
+            assert chunks * rows_per_group >= m

@@ -325,3 +325,63 @@ def test_the_looped_forward_stages_only_what_fits_the_shared_memory(
         launch.WIDE_BLOCK_N: set(launch.NUM_STAGES_CHOICES),
         max(launch.LOOPED_FORWARD_CHUNKS): pipelined_wide_chunks,
     }
+
+
+class _NoStream:
+    def wait_stream(self, stream):
+        pass
+
+
+def _stub_timer(monkeypatch, times: dict, unrunnable=()):
+    """tuning's timer replaced (no GPU needed): candidate i's k-th timing is times[i][k], and a
+    candidate in `unrunnable` raises as a kernel that cannot compile does. The candidates'
+    indices in the order timed are returned (the list fills as fastest runs)."""
+    from triton.runtime.errors import OutOfResources
+
+    timed = []
+
+    def median_ms(run, arg_sets, stream):
+        index = run(arg_sets[0])
+        timed.append(index)
+        if index in unrunnable:
+            raise OutOfResources(1, 0, "shared memory")
+        return times[index].pop(0)
+
+    monkeypatch.setattr(tuning, "_median_ms", median_ms)
+    monkeypatch.setattr(tuning, "l2_bytes", lambda device_index: 1)
+    monkeypatch.setattr(tuning, "rotating_arguments", lambda args, l2: [args])
+    monkeypatch.setattr(torch.cuda, "Stream", _NoStream)
+    monkeypatch.setattr(torch.cuda, "current_stream", _NoStream)
+    return timed
+
+
+def _fastest_of(candidates, passes):
+    return tuning.fastest(candidates, lambda c, args: c, (torch.zeros(1),), passes=passes)
+
+
+def test_fastest_times_every_other_pass_in_reverse_and_keeps_each_best(monkeypatch):
+    """As launch._fastest times paths (PATH_MEASURE_PASSES): a candidate's best time over the
+    passes counts, whichever pass it came in (first its second time, then its first)."""
+    timed = _stub_timer(monkeypatch, {0: [5.0, 1.0], 1: [2.0, 3.0], 2: [4.0, 4.0]})
+    assert _fastest_of([0, 1, 2], passes=2) == 0
+    assert timed == [0, 1, 2, 2, 1, 0]
+    _stub_timer(monkeypatch, {0: [1.0, 5.0], 1: [2.0, 2.0]})  # the best in the first pass
+    assert _fastest_of([0, 1], passes=2) == 0
+    timed = _stub_timer(monkeypatch, {0: [5.0], 1: [2.0], 2: [4.0]})
+    assert _fastest_of([0, 1, 2], passes=1) == 1 and timed == [0, 1, 2]
+
+
+def test_fastest_skips_an_unrunnable_candidate_in_later_passes(monkeypatch):
+    timed = _stub_timer(monkeypatch, {0: [5.0, 5.0, 5.0], 2: [4.0, 4.0, 4.0]}, unrunnable=(1,))
+    assert _fastest_of([0, 1, 2], passes=3) == 2
+    assert timed == [0, 1, 2, 2, 0, 0, 2]
+
+
+def test_fastest_raises_when_nothing_runs_or_no_pass_is_asked(monkeypatch):
+    from triton.runtime.errors import OutOfResources
+
+    _stub_timer(monkeypatch, {}, unrunnable=(0, 1))
+    with pytest.raises(OutOfResources):
+        _fastest_of([0, 1], passes=2)
+    with pytest.raises(ValueError, match="passes"):
+        _fastest_of([0, 1], passes=0)

@@ -465,16 +465,17 @@ def rmsnorm_fwd_held_group_kernel(
     """RMSNorm forward of 16-bit rows too wide for one SM, read from HBM once: GROUP programs
     share each row, program `member` of its group owning columns [member * SLICE, (member + 1)
     * SLICE); its slice of each row staged in a shared-memory ring (cp.async, one group a slot,
-    restaged with its group's row RING rows on once its y is written), w's slice staged once. The rows
-    are dealt out in turn: group g of G takes rows g, g + G, g + 2G, ..., so the rows in flight
-    at once are neighbours (1.01-1.07x contiguous chunks of rows, which put them all over the
-    input: `probes/2026-11-30-d1891c3c1f47-held-group-row-order-ab.txt`).
+    restaged with its group's row RING rows on once its y is written), w's slice staged once.
+    The rows are dealt out in turn: group g of G takes rows g, g + G, g + 2G, ..., so the rows
+    in flight at once are neighbours (1.01-1.07x contiguous chunks of rows, which put them all
+    over the input: `probes/2026-11-30-d1891c3c1f47-held-group-row-order-ab.txt`).
 
     The sum of squares needs the whole row: the exchange of rmsnorm_bwd_held_group_kernel (one
     word a slice through SUMS, tagged with its row; _publish_sum, _read_sums). A program
     publishes its group's next row before it needs this one, so its partners have a row's time
-    to publish, and loads this row's words before that, then sums the group's values in one fixed order (every
-    member gets the same bits; member 0 stores rstd) and writes its slice of y. The launch must
+    to publish, and loads this row's words before that, then sums the group's values in one
+    fixed order (every member gets the same bits; member 0 stores rstd) and writes its slice of
+    y. The launch must
     be cooperative (every program resident at once; launch.py). Each warp has SPIN_LIMIT polls
     for all its rows; a row whose group it finds incomplete once they are spent it sums whole
     from global memory, alone (_read_sums; another order: its rstd possibly apart from its

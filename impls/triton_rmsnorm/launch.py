@@ -173,9 +173,12 @@ DW_REDUCE_WARPS = 8
 #: leaves a program 64-512 elements: 32768 programs of 64 over [2, 1048576], 22-28 µs where the
 #: read takes 4. There the tile is DW_REDUCE_FEW_ROWS_TILE elements, at most
 #: DW_REDUCE_MAX_BLOCK_N columns and no more than leave every SM a program, 8 warps from
-#: DW_REDUCE_WIDE_BLOCK_N columns and 4 below (1.5-6.4x at 2-16 rows of 131072-1048576 columns,
-#: within 0.2 µs of the best swept elsewhere; 128 columns at 8 warps ran 1.5-3x slower than at
-#: 4: `probes/2026-11-30-5bf2d0db5974-dw-reduce-tile-sweep.txt`).
+#: DW_REDUCE_WIDE_BLOCK_N columns and 4 below (1.5-6.4x the 32-column tile at 2-16 rows of
+#: 131072-1048576 columns; 0-0.4 µs behind the best tile swept at each case, 2.7 at [16,
+#: 1048576]; 128 columns at 8 warps ran 1.5-3x slower than at 4:
+#: `probes/2026-11-30-5bf2d0db5974-dw-reduce-tile-sweep.txt`). Over more rows the sweep found 4
+#: warps 4-50% faster than 8 (64 and 132 rows); not taken: that tile serves every narrow
+#: backward, whose runs were not repeated with it.
 DW_REDUCE_FEW_ROWS = 16
 DW_REDUCE_FEW_ROWS_TILE = 8192
 DW_REDUCE_MAX_BLOCK_N = 1024

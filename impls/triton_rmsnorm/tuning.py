@@ -127,6 +127,8 @@ def fastest(
     are CUDA tensors on the current device. With passes > 1 every candidate is timed that many
     times, every other pass in reverse order, and its best time counts. Candidates that cannot
     compile on this GPU are skipped; if none can, the first one's error is raised."""
+    if passes < 1:
+        raise ValueError(f"passes must be at least 1, got {passes}")
     if len(candidates) == 1:
         return candidates[0]
     device_index = next(a for a in args if isinstance(a, torch.Tensor)).get_device()
