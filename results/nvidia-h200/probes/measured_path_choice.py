@@ -3,7 +3,8 @@ fresh process, after the wide run at 6e0569859fab chose the split backward at 64
 (168.8 µs) where fp16 in the same run chose the grouped one (135.8 µs).
 
 tuning.fastest is wrapped so that every choice prints its candidates' device times, every pass
-in the order timed (before 2026-11-30's last runs it printed the first pass only); the product
+in the order timed (before 2026-11-30's last runs it printed the first pass only) and, with
+RMSNORM_PROBE_RETIMES=k, every path timed k more times right after the choice; the product
 is called as a model would (rmsnorm with autograd, the forward then the backward), once per
 shape, in the order given. Run it in several processes to see the choice's spread.
 
@@ -15,6 +16,7 @@ Run from the repository root on an sm_90 GPU:
 """
 
 import json
+import os
 import sys
 
 import torch
@@ -31,6 +33,27 @@ def _measured_order(count: int, passes: int) -> list[int]:
     for rep in range(passes):
         order += list(range(count)) if rep % 2 == 0 else list(reversed(range(count)))
     return order
+
+
+#: After each choice of paths, time every candidate this many more times (RMSNORM_PROBE_RETIMES,
+#: default 0): whether a slow first measurement stays slow in the process or passes.
+RETIMES = int(os.environ.get("RMSNORM_PROBE_RETIMES", "0"))
+
+
+def _retime(candidates, run, args, names) -> dict:
+    device_index = next(a for a in args if isinstance(a, torch.Tensor)).get_device()
+    arg_sets = tuning.rotating_arguments(args, tuning.l2_bytes(device_index))
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    retimed = {name: [] for name in names}
+    for _ in range(RETIMES):
+        for name, candidate in zip(names, candidates, strict=True):
+            ms = tuning._median_ms(lambda a, c=candidate: run(c, a), arg_sets, stream)
+            retimed[name].append(ms * 1e3)
+    torch.cuda.current_stream().wait_stream(stream)
+    print("    again:", "  ".join(f"{n} " + "/".join(f"{t:.1f}" for t in ts)
+                               for n, ts in retimed.items()), flush=True)  # fmt: skip
+    return retimed
 
 
 def _recording(fastest):
@@ -56,6 +79,8 @@ def _recording(fastest):
             order = _measured_order(len(names), options.get("passes", 1))
             print("   ", "  ".join(f"{names[i]} {t:.1f}" for i, t in zip(order, times, strict=False)),
                   "->", CHOICES[-1]["chosen"], flush=True)  # fmt: skip
+            if RETIMES and options.get("passes", 1) > 1:  # paths (not kernel configurations)
+                CHOICES[-1]["retimed_us"] = _retime(candidates, run, args, names)
         return chosen
 
     return wrapped
