@@ -15,6 +15,16 @@ ROWS = [1, 2, 5, 16, 17, 132]
 WIDTHS = [7, 1000, 4133]
 
 
+def _assert_within_an_fp32_sum_of_the_exact(dw, partial):
+    """Every column written, each within rows x 2^-24 x sum |partials| of the exact sum: the
+    bound of an fp32 sum in any order."""
+    exact = partial.double().sum(0)
+    bound = partial.shape[0] * 2.0**-24 * partial.double().abs().sum(0)
+    error = (dw.double() - exact).abs()
+    assert not dw.isnan().any(), "columns left unwritten"
+    assert (error <= bound).all(), f"worst error {float((error / bound).max()):.2f} of the bound"
+
+
 @pytest.mark.parametrize("rows", ROWS)
 @pytest.mark.parametrize("n", WIDTHS)
 def test_dw_reduction_sums_every_column(rows, n):
@@ -22,11 +32,7 @@ def test_dw_reduction_sums_every_column(rows, n):
     partial = torch.randn(rows, n, generator=generator).to(DEVICE)
     dw = torch.full((n,), float("nan"), device=DEVICE)
     launch._reduce_partials(partial, dw)
-    exact = partial.double().sum(0)
-    bound = rows * 2.0**-24 * partial.double().abs().sum(0)  # fp32 summation, any order
-    error = (dw.double() - exact).abs()
-    assert not dw.isnan().any(), "columns left unwritten"
-    assert (error <= bound).all(), f"worst error {float((error / bound).max()):.2f} of the bound"
+    _assert_within_an_fp32_sum_of_the_exact(dw, partial)
 
 
 @pytest.mark.parametrize("rows", [1, 2, 16, 17, 132])
@@ -57,9 +63,7 @@ def test_dw_reduction_over_more_rows_than_one_tile_holds_and_repeats_its_bits():
     again = torch.full((n,), float("nan"), device=DEVICE)
     launch._reduce_partials(partial, first)
     launch._reduce_partials(partial, again)
-    exact = partial.double().sum(0)
-    bound = rows * 2.0**-24 * partial.double().abs().sum(0)
-    assert ((first.double() - exact).abs() <= bound).all()
+    _assert_within_an_fp32_sum_of_the_exact(first, partial)
     assert torch.equal(first, again)
 
 

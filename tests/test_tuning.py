@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import triton
+from triton.runtime.errors import OutOfResources
 
 from harness.oracle import TOLERANCES, compare, reference
 from impls import get_backend
@@ -336,8 +337,6 @@ def _stub_timer(monkeypatch, times: dict, unrunnable=()):
     """tuning's timer replaced (no GPU needed): candidate i's k-th timing is times[i][k], and a
     candidate in `unrunnable` raises as a kernel that cannot compile does. The candidates'
     indices in the order timed are returned (the list fills as fastest runs)."""
-    from triton.runtime.errors import OutOfResources
-
     timed = []
 
     def median_ms(run, arg_sets, stream):
@@ -378,8 +377,6 @@ def test_fastest_skips_an_unrunnable_candidate_in_later_passes(monkeypatch):
 
 
 def test_fastest_raises_when_nothing_runs_or_no_pass_is_asked(monkeypatch):
-    from triton.runtime.errors import OutOfResources
-
     _stub_timer(monkeypatch, {}, unrunnable=(0, 1))
     with pytest.raises(OutOfResources):
         _fastest_of([0, 1], passes=2)
