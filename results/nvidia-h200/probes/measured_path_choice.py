@@ -4,7 +4,9 @@ fresh process, after the wide run at 6e0569859fab chose the split backward at 64
 
 tuning.fastest is wrapped so that every choice prints its candidates' device times, every pass
 in the order timed (before 2026-11-30's last runs it printed the first pass only) and, with
-RMSNORM_PROBE_RETIMES=k, every path timed k more times right after the choice; the product
+RMSNORM_PROBE_RETIMES=k, every path timed k more times right after the choice, on the same
+tensors, then once on fresh copies of them (new memory: is a slow path the tensors'
+placement?); each choice's line starts with the wall-clock time (to match a clock log). The product
 is called as a model would (rmsnorm with autograd, the forward then the backward), once per
 shape, in the order given. Run it in several processes to see the choice's spread.
 
@@ -18,6 +20,7 @@ Run from the repository root on an sm_90 GPU:
 import json
 import os
 import sys
+import time
 
 import torch
 
@@ -51,8 +54,14 @@ def _retime(candidates, run, args, names) -> dict:
             ms = tuning._median_ms(lambda a, c=candidate: run(c, a), arg_sets, stream)
             retimed[name].append(ms * 1e3)
     torch.cuda.current_stream().wait_stream(stream)
-    print("    again:", "  ".join(f"{n} " + "/".join(f"{t:.1f}" for t in ts)
-                               for n, ts in retimed.items()), flush=True)  # fmt: skip
+    fresh_args = tuple(tuning._copy(a) if isinstance(a, torch.Tensor) else a for a in args)
+    stream.wait_stream(torch.cuda.current_stream())
+    for name, candidate in zip(names, candidates, strict=True):
+        ms = tuning._median_ms(lambda a, c=candidate: run(c, a), [fresh_args], stream)
+        retimed[name].append(ms * 1e3)
+    torch.cuda.current_stream().wait_stream(stream)
+    print("    again (the last on fresh copies):", "  ".join(
+        f"{n} " + "/".join(f"{t:.1f}" for t in ts) for n, ts in retimed.items()), flush=True)  # fmt: skip
     return retimed
 
 
@@ -77,7 +86,7 @@ def _recording(fastest):
                 {"candidates": names, "us": times, "chosen": names[candidates.index(chosen)]}
             )
             order = _measured_order(len(names), options.get("passes", 1))
-            print("   ", "  ".join(f"{names[i]} {t:.1f}" for i, t in zip(order, times, strict=False)),
+            print("   ", time.strftime("%H:%M:%S"), "  ".join(f"{names[i]} {t:.1f}" for i, t in zip(order, times, strict=False)),
                   "->", CHOICES[-1]["chosen"], flush=True)  # fmt: skip
             if RETIMES and options.get("passes", 1) > 1:  # paths (not kernel configurations)
                 CHOICES[-1]["retimed_us"] = _retime(candidates, run, args, names)
