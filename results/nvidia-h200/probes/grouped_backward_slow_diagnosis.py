@@ -134,7 +134,8 @@ def _at_exit() -> None:
 def _diagnosing(fastest):
     def wrapped(candidates, run, args, **options):
         chosen = fastest(candidates, run, args, **options)
-        grouped = [c for c in candidates if launch._path_name(c) == "_backward_held_group"]
+        grouped = [c for c in candidates  # paths (functions), not kernel configurations
+                   if callable(c) and launch._path_name(c) == "_backward_held_group"]  # fmt: skip
         if grouped and args[1].shape[1] == WIDTH:
             try:
                 _diagnose(grouped[0], args)
