@@ -4,14 +4,11 @@ The product zeroes SUMS (torch.zeros: a memset node of its own under CUDA graphs
 grouped launch, because a word's tag is its row + 1 and a stale word from an earlier call would
 look published. The fill-and-drain probes put the grouped forward's fixed cost at 5.7-7.5 µs a
 call against the copy kernel's 2.1-2.8, the zeroing "1-3 µs" of it
-(`...-6e0569859fab-grouped-fill-drain.txt`). Here the exact cost: a CUDA graph of K launches
-over K rotating copies of the inputs, all sharing one exchange buffer, with the tags of launch
-k offset by k x (M + 1) (the kernels' tag_offset, which readers add to the row's tag; the
-writers' tags are row + 1, so readers would wait forever: instead, each launch here gets its own
-slice of one buffer, zeroed once per graph), against the product's zeroing before each launch:
+(`...-6e0569859fab-grouped-fill-drain.txt`). Here its cost alone: a CUDA graph of K launches
+over K rotating copies of the inputs, with
 - "zero each": torch.zeros before each launch (the product);
-- "zero once per K": one buffer of K x M x GROUP words zeroed once at the graph's start, launch
-  k using slice k (no stale tags: every slice is fresh in each replay).
+- "zero once per K": one buffer of K x M x GROUP words zeroed once at the graph's start,
+  launch k using slice k (each slice fresh in each replay, so no stale tags).
 Time per launch = graph time / K, median of 5 samples, best of two interleaved passes; the
 product's first configuration (4096-column slices, RING 3, 6 an SM) and its second (8192, 2, 4).
 
