@@ -37,8 +37,11 @@ def _upcast_pairs(v):
     register, a shift and a mask a pair. Triton's own conversion takes each bf16 value from its
     register and shifts it, about 1.6 SASS instructions an element where fp16's HADD2.F32 takes
     one: in rmsnorm_bwd_held_group_kernel at 1048576 columns, 979 instructions for 600
-    conversions (Triton 3.6, sm_90a), and ~5% of its time against fp16 (perf log, v26). Pure,
-    unlike _upcast_opaque: placed wherever the compiler likes."""
+    conversions (Triton 3.6, sm_90a). Pure, unlike _upcast_opaque: placed wherever the compiler
+    likes. Where it is used is measured (v26, `probes/2026-11-30-b27e0609074b-upcast-pairs-ab*`,
+    bf16, before/after): the held-row backward 1.02-1.04x, the grouped forward 1.00-1.03x,
+    the grouped backward 1.01-1.02x at up to 32 words a row but 0.88x at 64 (64x1048576), the
+    held-row forward 0.92x at 512x131072; so not in the last two (_upcast)."""
     if v.dtype == gl.bfloat16:
         out = gl.inline_asm_elementwise(
             BF16X2_TO_FP32_PTX, "=r,=r,r", [v], dtype=gl.float32, is_pure=True, pack=2
@@ -46,6 +49,12 @@ def _upcast_pairs(v):
     else:
         out = v.to(gl.float32)
     return out
+
+
+@gluon.jit
+def _upcast(v, PAIRS: gl.constexpr):
+    """v to fp32: _upcast_pairs if PAIRS, else Triton's own conversion."""
+    return _upcast_pairs(v) if PAIRS else v.to(gl.float32)
 
 
 @gluon.jit
@@ -85,16 +94,16 @@ def rmsnorm_fwd_held_row_kernel(
         async_copy.commit_group()
     x_reg = gl.load(x_first + reg_cols)
     for row in range(first, M, programs):
-        x32 = _upcast_pairs(x_reg)
+        x32 = x_reg.to(gl.float32)
         acc = gl.sum(x32 * x32, axis=0)
         for c in gl.static_range(SHARED_CHUNKS):
             async_copy.wait_group(SHARED_CHUNKS - 1 - c)  # buffers 0..c have landed
-            xs = _upcast_pairs(held.index(c).load(layout))
+            xs = held.index(c).load(layout).to(gl.float32)
             xs = gl.where(REG + c * CHUNK + chunk_cols < N, xs, 0.0)  # not only the copy's zeros
             acc += gl.sum(xs * xs, axis=0)
         rstd = 1.0 / gl.sqrt_rn(acc / N + eps)
         y_row = Y + row * stride_y_row
-        w = _upcast_pairs(gl.load(W + reg_cols)) + offset
+        w = gl.load(W + reg_cols).to(gl.float32) + offset
         gl.store(y_row + reg_cols, (_upcast_opaque(x_reg) * rstd * w).to(Y.dtype.element_ty))
         following = row + programs
         more = following < M
@@ -103,8 +112,8 @@ def rmsnorm_fwd_held_row_kernel(
         for c in gl.static_range(SHARED_CHUNKS):
             cols = REG + c * CHUNK + chunk_cols
             in_row = cols < N
-            xs = _upcast_pairs(held.index(c).load(layout))
-            w = _upcast_pairs(gl.load(W + cols, mask=in_row, other=0.0)) + offset
+            xs = held.index(c).load(layout).to(gl.float32)
+            w = gl.load(W + cols, mask=in_row, other=0.0).to(gl.float32) + offset
             gl.store(y_row + cols, (xs * rstd * w).to(Y.dtype.element_ty), mask=in_row)
             _async_load(held.index(c), x_next + cols, mask=in_row & more)
             async_copy.commit_group()
@@ -126,18 +135,19 @@ def _stage_chunk(X_RING, DY_RING, slot, X, DY, stride_x_row, stride_dy_row, row,
 @gluon.jit
 def _staged_dot(X_RING, DY_RING, W_HELD, first_slot, col_start, chunk_cols, offset,
                 layout: gl.constexpr, N: gl.constexpr, CHUNK: gl.constexpr,
-                CHUNKS: gl.constexpr, RING: gl.constexpr, WAIT_BASE: gl.constexpr):  # fmt: skip
+                CHUNKS: gl.constexpr, RING: gl.constexpr, WAIT_BASE: gl.constexpr,
+                PAIRS: gl.constexpr):  # fmt: skip
     """The first pass over a row's staged chunks (columns col_start on, from ring slot
     first_slot on): the sum of w * dy * x, chunk by chunk, waiting before chunk k until at most
-    WAIT_BASE - k later cp.async groups are pending."""
+    WAIT_BASE - k later cp.async groups are pending (upcasts: _upcast)."""
     dot = 0.0
     for k in gl.static_range(CHUNKS):
         async_copy.wait_group(WAIT_BASE - k)
         slot = (first_slot + k) % RING
         cols = col_start + k * CHUNK + chunk_cols
-        w = _upcast_pairs(W_HELD.index(k).load(layout)) + offset
-        x = _upcast_pairs(X_RING.index(slot).load(layout))
-        dy = _upcast_pairs(DY_RING.index(slot).load(layout))
+        w = _upcast(W_HELD.index(k).load(layout), PAIRS) + offset
+        x = _upcast(X_RING.index(slot).load(layout), PAIRS)
+        dy = _upcast(DY_RING.index(slot).load(layout), PAIRS)
         dot += gl.sum(gl.where(cols < N, w * dy * x, 0.0), axis=0)
     return dot
 
@@ -146,13 +156,14 @@ def _staged_dot(X_RING, DY_RING, W_HELD, first_slot, col_start, chunk_cols, offs
 def _backward_chunk(
     X_RING, DY_RING, slot, W_HELD, k, DX, DH_OUT, row, stride_dx_row, stride_dh_row, cols, rstd,
     mean_gx, offset, dw_acc, layout: gl.constexpr, N: gl.constexpr, HAS_DH_OUT: gl.constexpr,
+    PAIRS: gl.constexpr,
 ):  # fmt: skip
     """The second pass over one staged chunk: its dx stored, its dw contribution added to
     dw_acc (returned), from x and dy read again from the ring."""
     in_row = cols < N
-    x_hat = _upcast_pairs(X_RING.index(slot).load(layout)) * rstd
-    dy = _upcast_pairs(DY_RING.index(slot).load(layout))
-    w = _upcast_pairs(W_HELD.index(k).load(layout)) + offset
+    x_hat = _upcast(X_RING.index(slot).load(layout), PAIRS) * rstd
+    dy = _upcast(DY_RING.index(slot).load(layout), PAIRS)
+    w = _upcast(W_HELD.index(k).load(layout), PAIRS) + offset
     dx = (w * dy - x_hat * mean_gx) * rstd
     if HAS_DH_OUT:
         dx += gl.load(DH_OUT + row * stride_dh_row + cols, mask=in_row, other=0.0).to(gl.float32)
@@ -165,7 +176,7 @@ def _second_pass_chunk(
     X_RING, DY_RING, W_HELD, k, first_slot, X, DY, DX, DH_OUT, row, row_end, stride_x_row,
     stride_dy_row, stride_dx_row, stride_dh_row, col_start, chunk_cols, rstd, mean_gx, offset,
     dw_acc, layout: gl.constexpr, N: gl.constexpr, CHUNK: gl.constexpr, CHUNKS: gl.constexpr,
-    RING: gl.constexpr, HAS_DH_OUT: gl.constexpr,
+    RING: gl.constexpr, HAS_DH_OUT: gl.constexpr, PAIRS: gl.constexpr,
 ):  # fmt: skip
     """The second pass over chunk k of a row's staged chunks (columns col_start on): dx and dw
     (_backward_chunk, dw_acc returned), then its slot restaged with the chunk RING places later
@@ -173,7 +184,7 @@ def _second_pass_chunk(
     slot = (first_slot + k) % RING
     dw_acc = _backward_chunk(X_RING, DY_RING, slot, W_HELD, k, DX, DH_OUT, row, stride_dx_row,
                              stride_dh_row, col_start + k * CHUNK + chunk_cols, rstd, mean_gx,
-                             offset, dw_acc, layout, N, HAS_DH_OUT)  # fmt: skip
+                             offset, dw_acc, layout, N, HAS_DH_OUT, PAIRS)  # fmt: skip
     _stage_chunk(X_RING, DY_RING, slot, X, DY, stride_x_row, stride_dy_row,
                  row + (k + RING) // CHUNKS, row_end,
                  col_start + ((k + RING) % CHUNKS) * CHUNK + chunk_cols, N)  # fmt: skip
@@ -207,6 +218,7 @@ def rmsnorm_bwd_held_row_kernel(
     differently from the single tile's). w (16-bit) is staged in shared memory once a program.
     """
     layout: gl.constexpr = gl.BlockedLayout([8], [32], [WARPS], [0])
+    UPCAST_PAIRS: gl.constexpr = True  # bf16 in pairs (_upcast_pairs)
     shared_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     gl.static_assert(CHUNKS <= 4)
     gl.static_assert(RING >= CHUNKS)
@@ -235,20 +247,28 @@ def rmsnorm_bwd_held_row_kernel(
         rstd = gl.load(RSTD + row)
         # first pass
         dot = _staged_dot(x_ring, dy_ring, w_held, first_slot, 0, chunk_cols, offset,
-                          layout, N, CHUNK, CHUNKS, RING, RING - 1)  # fmt: skip
+                          layout, N, CHUNK, CHUNKS, RING, RING - 1, UPCAST_PAIRS)  # fmt: skip
         mean_gx = dot * rstd / N
         for k in gl.static_range(CHUNKS):  # second pass: dx and dw, then restage the slot
             args = (x_ring, dy_ring, w_held, k, first_slot, X, DY, DX, DH_OUT, row, row_end,
                     stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, 0, chunk_cols,
                     rstd, mean_gx, offset)  # fmt: skip
             if k == 0:
-                dw_0 = _second_pass_chunk(*args, dw_0, layout, N, CHUNK, CHUNKS, RING, HAS_DH_OUT)
+                dw_0 = _second_pass_chunk(
+                    *args, dw_0, layout, N, CHUNK, CHUNKS, RING, HAS_DH_OUT, UPCAST_PAIRS
+                )
             elif k == 1:
-                dw_1 = _second_pass_chunk(*args, dw_1, layout, N, CHUNK, CHUNKS, RING, HAS_DH_OUT)
+                dw_1 = _second_pass_chunk(
+                    *args, dw_1, layout, N, CHUNK, CHUNKS, RING, HAS_DH_OUT, UPCAST_PAIRS
+                )
             elif k == 2:
-                dw_2 = _second_pass_chunk(*args, dw_2, layout, N, CHUNK, CHUNKS, RING, HAS_DH_OUT)
+                dw_2 = _second_pass_chunk(
+                    *args, dw_2, layout, N, CHUNK, CHUNKS, RING, HAS_DH_OUT, UPCAST_PAIRS
+                )
             else:
-                dw_3 = _second_pass_chunk(*args, dw_3, layout, N, CHUNK, CHUNKS, RING, HAS_DH_OUT)
+                dw_3 = _second_pass_chunk(
+                    *args, dw_3, layout, N, CHUNK, CHUNKS, RING, HAS_DH_OUT, UPCAST_PAIRS
+                )
     async_copy.wait_group(0)  # the last (masked) copies land before the program ends
     partial = DW_PARTIAL + pid.to(gl.int64) * N + chunk_cols
     gl.store(partial, dw_0, mask=chunk_cols < N)
@@ -298,6 +318,7 @@ def rmsnorm_bwd_held_group_kernel(
     first pass of row j + 1 waiting with RING - 1 - CHUNKS - k later groups allowed pending.
     """
     layout: gl.constexpr = gl.BlockedLayout([8], [32], [WARPS], [0])
+    UPCAST_PAIRS: gl.constexpr = GROUP_PADDED <= 32  # bf16 in pairs up to 32 words (_upcast_pairs)
     parts_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])  # (_read_sums)
     shared_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     gl.static_assert(CHUNKS <= 2)
@@ -323,7 +344,7 @@ def rmsnorm_bwd_held_group_kernel(
                      slice_start + (s % CHUNKS) * CHUNK + chunk_cols, N)  # fmt: skip
     # the first row's first pass
     dot = _staged_dot(x_ring, dy_ring, w_held, 0, slice_start, chunk_cols, offset,
-                      layout, N, CHUNK, CHUNKS, RING, RING - 1)  # fmt: skip
+                      layout, N, CHUNK, CHUNKS, RING, RING - 1, UPCAST_PAIRS)  # fmt: skip
     _publish_sum(SUMS, row_start, member, dot, GROUP)  # every group has a row
     dw_0 = gl.zeros([CHUNK], gl.float32, layout)
     dw_1 = gl.zeros([CHUNK], gl.float32, layout)
@@ -337,7 +358,7 @@ def rmsnorm_bwd_held_group_kernel(
         next_slot = ((j + 1) * CHUNKS % RING).to(gl.int32)
         words = _load_sums(SUMS, row, part_ids, GROUP)  # in flight over the next row's pass
         dot = _staged_dot(x_ring, dy_ring, w_held, next_slot, slice_start, chunk_cols, offset,
-                          layout, N, CHUNK, CHUNKS, RING, RING - 1 - CHUNKS)  # fmt: skip
+                          layout, N, CHUNK, CHUNKS, RING, RING - 1 - CHUNKS, UPCAST_PAIRS)  # fmt: skip
         if row + 1 < row_end:
             _publish_sum(SUMS, row + 1, member, dot, GROUP)
         complete, total, polls = _read_sums(SUMS, words, row, tag_offset, part_ids, polls, GROUP,
@@ -352,9 +373,13 @@ def rmsnorm_bwd_held_group_kernel(
                     stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, slice_start,
                     chunk_cols, rstd, mean_gx, offset)  # fmt: skip
             if k == 0:
-                dw_0 = _second_pass_chunk(*args, dw_0, layout, N, CHUNK, CHUNKS, RING, HAS_DH_OUT)
+                dw_0 = _second_pass_chunk(
+                    *args, dw_0, layout, N, CHUNK, CHUNKS, RING, HAS_DH_OUT, UPCAST_PAIRS
+                )
             else:
-                dw_1 = _second_pass_chunk(*args, dw_1, layout, N, CHUNK, CHUNKS, RING, HAS_DH_OUT)
+                dw_1 = _second_pass_chunk(
+                    *args, dw_1, layout, N, CHUNK, CHUNKS, RING, HAS_DH_OUT, UPCAST_PAIRS
+                )
     async_copy.wait_group(0)
     partial = DW_PARTIAL + group.to(gl.int64) * N + slice_start + chunk_cols
     gl.store(partial, dw_0, mask=slice_start + chunk_cols < N)
