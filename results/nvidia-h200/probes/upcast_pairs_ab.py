@@ -16,6 +16,11 @@ backward (16 and 32 warps), whole (zeroing, kernel, dw reduction); the grouped f
 configuration and the held-row forward. Device-only, the tuner's timer, best of two
 interleaved passes; outputs compared bit for bit (the conversion is exact either way).
 
+Run at b27e0609074b (pairs in every Gluon kernel: `2026-11-30-b27e0609074b-upcast-pairs-ab*.txt`,
+two rechecks in fresh processes) and at 76541bfb6a7d, v26 as kept (pairs left out of the
+held-row forward and of the grouped backward past 32 words a row, where they lost:
+`...-76541bfb6a7d-upcast-pairs-ab-kept.txt`, run with a shorter list of cases).
+
 Prediction: bf16 1.02-1.05x in the grouped and held backwards (the most at 1048576 columns,
 where the kernel is furthest from fp16), 1.00-1.02x in the forwards; fp16 1.00x (within 1%).
 
