@@ -17,7 +17,8 @@ index into launch.HELD_GROUP_FORWARDS), x's dtype
 width, num_warps, LOOP_STAGES and, for the forward, whether programs walk the tiles
 (PERSISTENT; the backward always does), with BLOCK_M = 1. Prints
 one JSON list: per case, whether the PTX holds the bf16 and the fp16 inline upcasts of
-kernels._upcast_opaque (markers only its asm produces), for held_row its cp.async copies, and
+kernels._upcast_opaque or the Gluon kernels' _upcast_opaque and _upcast_pairs (markers only their
+asm produces), for held_row its cp.async copies, and
 for the shifted kernels how many 16-byte global loads, cp.async copies and stores they have.
 """
 
@@ -27,7 +28,8 @@ import json
 import re
 import sys
 
-#: Text only _upcast_opaque's inline PTX puts in the PTX: LLVM writes the mask of its own bf16
+#: Text only the inline upcasts put in the PTX (kernels._upcast_opaque, and in Gluon
+#: _upcast_opaque and, bf16 only, _upcast_pairs): LLVM writes the mask of its own bf16
 #: conversions in decimal, and names no register lo or hi.
 #: Shared memory a program may ask for on the H100 and H200.
 HOPPER_SHARED_BYTES = 232448

@@ -143,6 +143,10 @@ def test_held_row_backward_compiles_for_sm90():
     assert [{k: f[k] for k in ("staged vectors", "vector stores")} for f in found] == [
         expected for _, expected in _COMPILED_CASES
     ]
+    # bf16 upcast in pairs (gluon_kernels._upcast_pairs), fp16 by Triton's own conversion
+    assert [(f["bf16"], f["fp16"]) for f in found] == [
+        (x == "bf16", False) for (x, _, _, _), _ in _COMPILED_CASES
+    ]
 
 
 def _force_held(monkeypatch, warps_index: int) -> None:
@@ -297,6 +301,9 @@ def test_held_group_backward_compiles_for_sm90():
     assert [{k: f[k] for k in expected} for f in found] == [expected] * 3
     barriers = [f["barriers from the polls through the fallback"] for f in found]
     assert barriers[:2] == [0, 0] and barriers[2] > 0  # 4 and 3 words a row; 64: shared
+    # bf16 upcast in pairs up to 32 words a row (4 here), Triton's own conversion at 64 and in fp16
+    pairs = [(True, False), (False, False), (False, False)]
+    assert [(f["bf16"], f["fp16"]) for f in found] == pairs
 
 
 def _force_group(monkeypatch) -> None:

@@ -14,6 +14,10 @@ tuner's timer, best of two interleaved passes.
 
 Prediction: 1.01-1.03x at 131072 and 262144 (16 and 8 groups), within 1% at 1048576 (2).
 
+It ran at 6e0569859fab. Its text substitution expects that commit's source: since v26
+(76541bfb6a7d) the calls it rewrites are laid out differently and it stops with an error; run it
+from a tree at 6e0569859fab.
+
 Run from the repository root on an sm_90 GPU:
     PYTHONPATH=.:results/nvidia-h200/probes python results/nvidia-h200/probes/held_group_backward_row_order_ab.py out.json
 """

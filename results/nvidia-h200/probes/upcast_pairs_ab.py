@@ -32,6 +32,7 @@ import json
 import sys
 
 import torch
+import triton
 from ab_timing import time_runs
 from held_group_agreement_ab import _load, _with
 
@@ -95,7 +96,8 @@ def main(out_path: str, old_path: str) -> None:
     old = _load(old_path)
     stream = torch.cuda.Stream()
     l2 = tuning.l2_bytes(0)
-    result = {"gpu": torch.cuda.get_device_name(), "before": old_path, "rows": []}
+    result = {"gpu": torch.cuda.get_device_name(), "triton": triton.__version__,
+              "before": old_path, "rows": []}  # fmt: skip
     for dtype in DTYPES:
         label = str(dtype).removeprefix("torch.")
         for (m, n), calls in [*((s, [("grouped", _grouped_backward)]) for s in GROUPED_BACKWARD),
