@@ -329,6 +329,7 @@ needs_group_gpu = pytest.mark.skipif(
         ((64, GROUPED), torch.float16),
         ((3, 2 * GROUPED), torch.bfloat16),  # fewer rows than groups
         ((40, 40960), torch.bfloat16),  # 3 slices, the last half outside the row
+        ((4, 32 * launch.HELD_GROUP_SLICE), torch.bfloat16),  # 32 words a row: the most in pairs
         ((2, 5, 2**20), torch.bfloat16),  # 64 programs a row, leading dims
         ((2, 66 * launch.HELD_GROUP_SLICE), torch.bfloat16),  # 2 x 66 programs: every SM
         ((1, GROUPED), torch.float16),  # one row
