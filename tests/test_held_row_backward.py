@@ -113,6 +113,29 @@ def test_backward_measures_it_beside_the_wide_path(monkeypatch):
     assert launch._backward_paths(x, x, x[0], None) == [launch._backward_wide]
 
 
+def test_backward_measures_the_group_where_the_row_fills_its_slices(monkeypatch):
+    """At the held row's widths the grouped backward is measured beside it where the row fills
+    whole 16384-column slices (32768 columns: 2 programs a row) and the device fits the group;
+    not where the last slice is part-filled (it measured 0.64-0.88x there)."""
+    bf16 = torch.bfloat16
+    monkeypatch.setattr(launch, "backward_holds_row_on_chip", lambda *a: True)
+    fits = {"group": True}
+    monkeypatch.setattr(launch, "_held_group_fits_device", lambda device, n: fits["group"])
+    held = [launch._backward_wide, *launch._HELD_ROW_BACKWARDS]
+
+    def offered(n):
+        x = torch.zeros(2, n, dtype=bf16)
+        return launch._backward_paths(x, x, x[0], None)
+
+    assert launch.HELD_GROUP_SLICE * 2 == WIDEST
+    assert offered(WIDEST) == [*held, launch._backward_held_group]
+    assert offered(WIDEST - 16) == held
+    assert offered(24576) == held
+    assert offered(NARROWEST) == held
+    fits["group"] = False
+    assert offered(WIDEST) == held
+
+
 #: (x dtype, tile width, warps, with dh_out) -> 16-byte copies and 16-byte stores in the PTX. A
 #: thread holds v 16-byte vectors of a 16-bit chunk (8192 columns over 32 x warps threads: v = 2
 #: at 16 warps, 1 at 32) and 2v of an fp32 one. Copies: x and dy into the ring's first slots
@@ -334,6 +357,8 @@ needs_group_gpu = pytest.mark.skipif(
         ((2, 66 * launch.HELD_GROUP_SLICE), torch.bfloat16),  # 2 x 66 programs: every SM
         ((1, GROUPED), torch.float16),  # one row
         ((50, WIDEST + 16), torch.bfloat16),  # the second slice holds 16 columns
+        ((300, WIDEST), torch.bfloat16),  # 2 programs a row (the held row's width)
+        ((3, 64, WIDEST), torch.float16),  # 2 programs a row, leading dims
     ],
     ids=lambda p: "x".join(map(str, p)) if isinstance(p, tuple) else DTYPE_NAMES.get(p, str(p)),
 )
@@ -414,15 +439,17 @@ def test_held_group_backward_with_a_residual_and_strided_rows(monkeypatch):
 
 @needs_held_row_gpu
 def test_the_measured_choice_is_remembered_and_captured(monkeypatch):
-    """Autotuned and unforced: the first call measures the wide path and the held row at 16 and
-    32 warps (the tuner's CUDA graphs of the Gluon launches), later calls reuse the choice, and
+    """Autotuned and unforced: the first call measures the wide path, the held row at 16 and
+    32 warps and, the row filling two slices, the group (the tuner's CUDA graphs of the Gluon
+    launches, the group's cooperative one among them), later calls reuse the choice, and
     a CUDA graph captured after that gives the same gradients as an eager call."""
     monkeypatch.setattr(launch, "_AUTOTUNE", True)
     inputs = make_inputs((1024, WIDEST), torch.bfloat16, DEVICE)
     launch._MEASURED_PATH.clear()
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
     chosen = [path for key, path in launch._MEASURED_PATH.items() if key[0] == "bwd"]
-    assert len(chosen) == 1 and chosen[0] in (launch._backward_wide, *launch._HELD_ROW_BACKWARDS)
+    offered = (launch._backward_wide, *launch._HELD_ROW_BACKWARDS, launch._backward_held_group)
+    assert len(chosen) == 1 and chosen[0] in offered
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
     assert [p for k, p in launch._MEASURED_PATH.items() if k[0] == "bwd"] == chosen
 

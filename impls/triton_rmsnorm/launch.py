@@ -16,10 +16,11 @@ Paths, chosen by the hidden size N (and for wide rows by M), separately for each
   once; measured against the looped or split path at the first call. The backward's held row
   (16-bit rows of BACKWARD_SINGLE_TILE_MAX_N < N <= HELD_BACKWARD_MAX_N) stages each row's x and
   dy in shared memory and reads them once; measured against the wide path at the first call.
-- held group (16-bit rows, forward past SINGLE_TILE_MAX_N, backward past HELD_BACKWARD_MAX_N):
-  each row held by a group of programs, each staging a slice of it, the slices' sums exchanged
-  through global memory in one cooperative launch; measured at the first call beside the paths
-  above (the forward in each configuration of HELD_GROUP_FORWARDS).
+- held group (16-bit rows, forward past SINGLE_TILE_MAX_N, backward past HELD_BACKWARD_MAX_N,
+  and at the held row's widths where the row fills whole slices): each row held by a group of
+  programs, each staging a slice of it, the slices' sums exchanged through global memory in one
+  cooperative launch; measured at the first call beside the paths above (the forward in each
+  configuration of HELD_GROUP_FORWARDS).
 Forward rows of FORWARD_LOOPED_FROM_N < N <= SINGLE_TILE_MAX_N take whichever of the single tile
 and the looped path measured faster at the first call (on a GPU, autotuning).
 
@@ -1166,7 +1167,8 @@ def _backward_paths(x, dy, weight, dh_out) -> list:
     if not backward_is_looped(x.shape[1]):
         return [_backward_single_tile]
     if backward_holds_row_on_chip(x, dy, weight, dh_out):
-        return [_backward_wide, *_HELD_ROW_BACKWARDS]
+        group = [_backward_held_group] if backward_group_fills_held_row(x) else []
+        return [_backward_wide, *_HELD_ROW_BACKWARDS, *group]
     if backward_holds_row_in_group(x, dy, weight, dh_out):
         return [_backward_wide, _backward_held_group]
     return [_backward_wide]
@@ -1383,6 +1385,17 @@ def backward_holds_row_in_group(x, dy, weight, dh_out) -> bool:
     )
 
 
+def backward_group_fills_held_row(x: torch.Tensor) -> bool:
+    """Whether, at a width the held row serves (backward_holds_row_on_chip), the grouped backward
+    is measured beside it too: where the row fills whole HELD_GROUP_SLICE-column slices (2 at
+    32768 columns) on a device that fits the group (_held_group_fits_device). There it ran
+    1.04x the held row at 2048 rows, 1.07-1.13x at 512-1024 and tied at 4096-8192; with a
+    part-filled last slice (16400-24576 columns) 0.64-0.88x, so it is not offered there
+    (`probes/2026-11-30-014678a37819-backward-group-at-held-row-widths-ab.txt`)."""
+    n = x.shape[1]
+    return n % HELD_GROUP_SLICE == 0 and _held_group_fits_device(x.device, n)
+
+
 def _held_backward_can_stage(x, dy, weight, dh_out) -> bool:
     """The held backwards' conditions on the tensors: x, dy and w in 16-bit dtypes, N a multiple
     of 16, x, dy, w, dh_out at 16-byte addresses with row strides that divide by 16 elements
@@ -1441,9 +1454,9 @@ def _held_group_fits_device(device: torch.device, n: int) -> bool:
 
 
 def _backward_held_group(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw) -> None:
-    """Rows shared by a group of programs (backward_holds_row_in_group says when): as many
-    groups as fit one program per SM, each walking a contiguous chunk of rows; a fixed
-    configuration. Allocates, beside the partials, one int64 per (row, slice) (the exchange):
+    """Rows shared by a group of programs (backward_holds_row_in_group and, at the held row's
+    widths, backward_group_fills_held_row say when): as many groups as fit one program per
+    SM, each walking a contiguous chunk of rows; a fixed configuration. Allocates, beside the partials, one int64 per (row, slice) (the exchange):
     dx's bytes / 4096 for 16-bit rows."""
     m, n = x.shape
     group = cdiv(n, HELD_GROUP_SLICE)
