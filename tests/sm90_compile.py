@@ -119,7 +119,7 @@ def _compile_held_group_backward_ptx(case: dict) -> str:
     pointer_types = {**_held_backward_pointers(x), "SUMS": "i64"}
     group = launch.cdiv(n, launch.HELD_GROUP_SLICE)
     constexprs = {"N": n, "GROUP": group, "GROUP_PADDED": launch.held_group_words(group, launch.HELD_GROUP_WARPS),
-                  "CHUNK": launch.HELD_BACKWARD_CHUNK, "CHUNKS": launch.HELD_GROUP_CHUNKS,
+                  "CHUNK": launch.HELD_GROUP_CHUNK, "CHUNKS": launch.HELD_GROUP_CHUNKS,
                   "RING": launch.HELD_GROUP_RING, "HAS_DH_OUT": case["extra"],
                   "WARPS": launch.HELD_GROUP_WARPS, "SPIN_LIMIT": launch.HELD_GROUP_SPIN_LIMIT}  # fmt: skip
     return _ptx(gluon_kernels.rmsnorm_bwd_held_group_kernel, pointer_types, constexprs,

@@ -115,8 +115,9 @@ def test_backward_measures_it_beside_the_wide_path(monkeypatch):
 
 def test_backward_measures_the_group_where_the_row_fills_its_slices(monkeypatch):
     """At the held row's widths the grouped backward is measured beside it where the row fills
-    whole 16384-column slices (32768 columns: 2 programs a row) and the device fits the group;
-    not where the last slice is part-filled (it measured 0.64-0.88x there)."""
+    whole 8192-column slices (24576 and 32768 columns: 3 and 4 programs a row) and the device
+    fits the group; not where the last slice is part-filled (with 16384-column slices it
+    measured 0.64-0.88x there)."""
     bf16 = torch.bfloat16
     monkeypatch.setattr(launch, "backward_holds_row_on_chip", lambda *a: True)
     fits = {"group": True}
@@ -127,10 +128,11 @@ def test_backward_measures_the_group_where_the_row_fills_its_slices(monkeypatch)
         x = torch.zeros(2, n, dtype=bf16)
         return launch._backward_paths(x, x, x[0], None)
 
-    assert launch.HELD_GROUP_SLICE * 2 == WIDEST
+    assert launch.HELD_GROUP_SLICE * 4 == WIDEST
     assert offered(WIDEST) == [*held, launch._backward_held_group]
+    assert offered(24576) == [*held, launch._backward_held_group]
     assert offered(WIDEST - 16) == held
-    assert offered(24576) == held
+    assert offered(20480) == held
     assert offered(NARROWEST) == held
     fits["group"] = False
     assert offered(WIDEST) == held
@@ -276,21 +278,26 @@ def test_launch_offers_the_group_past_the_held_row(monkeypatch):
 
 
 def test_device_part_of_the_group_decision(monkeypatch):
-    """Compute capability 9.0 or later, an SM for every 16384-column slice of a row, and the
-    shared memory of 5 ring slots and w's slice (192 KB)."""
+    """Compute capability 9.0 or later, a program slot for every 8192-column slice of a row
+    (2 an SM where the SM's shared memory holds two programs' 5 ring slots and w's slice, 99 KB
+    each, as the H100's and H200's 228 KB do; else 1), and that much shared memory a program."""
     assert not launch._held_group_fits_device(torch.device("cpu"), GROUPED)
     cuda = torch.device("cuda", 0)
+    slices = launch.HELD_GROUP_SLICE
     monkeypatch.setattr(launch, "_sm_count", lambda index: 132)
-    for capability, shared, n, fits in [
-        ((9, 0), HOPPER_SHARED, GROUPED, True),
-        ((9, 0), HOPPER_SHARED, 132 * launch.HELD_GROUP_SLICE, True),
-        ((9, 0), HOPPER_SHARED, 132 * launch.HELD_GROUP_SLICE + 16, False),  # 133 slices
-        ((9, 0), 166912, GROUPED, False),
-        ((8, 0), HOPPER_SHARED, GROUPED, False),
+    for capability, per_block, per_sm, n, fits in [
+        ((9, 0), HOPPER_SHARED, 233472, GROUPED, True),
+        ((9, 0), HOPPER_SHARED, 233472, 264 * slices, True),
+        ((9, 0), HOPPER_SHARED, 233472, 264 * slices + 16, False),  # 265 slices
+        ((9, 0), HOPPER_SHARED, 166912, 132 * slices, True),  # one program an SM
+        ((9, 0), HOPPER_SHARED, 166912, 132 * slices + 16, False),
+        ((9, 0), 65536, 233472, GROUPED, False),  # a program's 99 KB does not fit
+        ((8, 0), HOPPER_SHARED, 233472, GROUPED, False),
     ]:
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index, c=capability: c)
-        monkeypatch.setattr(launch, "_shared_bytes_per_block", lambda index, s=shared: s)
-        assert launch._held_group_fits_device(cuda, n) is fits, (capability, shared, n)
+        monkeypatch.setattr(launch, "_shared_bytes_per_block", lambda index, s=per_block: s)
+        monkeypatch.setattr(launch, "_shared_bytes_per_sm", lambda index, s=per_sm: s)
+        assert launch._held_group_fits_device(cuda, n) is fits, (capability, per_block, per_sm, n)
 
 
 def test_held_group_words_are_whole_in_every_warp_or_one_a_thread():
@@ -307,9 +314,10 @@ def test_held_group_backward_compiles_for_sm90():
     """Compiled for sm_90 (no GPU): the exchange's relaxed 64-bit exchanges (two: the first row
     and the rows after) and volatile 64-bit loads (the early one and the poll's), no acquire or
     release, and no barrier from the poll loop through the fallback where a row has up to 32
-    words (a program's warps may part there; at 64 their reductions cross warps); 16-byte
-    copies and stores (8 warps: 4 vectors of a 16-bit chunk a thread, 8 of an fp32 one; 5 ring
-    slots, w's 2 chunks, 2 chunks restaged a row; dx and the dw partials)."""
+    words (a program's warps may part there; at 128 their reductions cross warps); 16-byte
+    copies and stores (8 warps over 4096-column chunks: 2 vectors of a 16-bit chunk a thread,
+    4 of an fp32 one; 5 ring slots, w's 2 chunks, 2 chunks restaged a row; dx and the dw
+    partials)."""
     pytest.importorskip(
         "triton.backends.nvidia.compiler", reason="Triton without its NVIDIA backend"
     )
@@ -319,12 +327,12 @@ def test_held_group_backward_compiles_for_sm90():
              for x, n, dh in (("bf16", GROUPED, False), ("fp16", 40960, True),
                               ("bf16", 2**20, False))]  # fmt: skip
     expected = {"relaxed exchanges": 2, "acquires or releases": 0, "volatile loads": 2,
-                "staged vectors": 4 * (2 * 5 + 2 + 2 * 2), "vector stores": 4 * 2 + 8 * 2}  # fmt: skip
+                "staged vectors": 2 * (2 * 5 + 2 + 2 * 2), "vector stores": 2 * 2 + 4 * 2}  # fmt: skip
     found = sm90_compile.run(cases)
     assert [{k: f[k] for k in expected} for f in found] == [expected] * 3
     barriers = [f["barriers from the polls through the fallback"] for f in found]
-    assert barriers[:2] == [0, 0] and barriers[2] > 0  # 4 and 3 words a row; 64: shared
-    # bf16 upcast in pairs up to 32 words a row (4 here), Triton's own conversion at 64 and in fp16
+    assert barriers[:2] == [0, 0] and barriers[2] > 0  # 8 and 5 words a row; 128: shared
+    # bf16 upcast in pairs up to 32 words a row (8 here), Triton's own conversion at 128 and fp16
     pairs = [(True, False), (False, False), (False, False)]
     assert [(f["bf16"], f["fp16"]) for f in found] == pairs
 
@@ -339,7 +347,7 @@ needs_group_gpu = pytest.mark.skipif(
         and launch.gluon_kernels is not None
         and launch._held_group_fits_device(torch.device("cuda"), GROUPED)
     ),
-    reason="the grouped held-row backward needs a Hopper-class NVIDIA GPU with 196 KB of shared "
+    reason="the grouped held-row backward needs a Hopper-class NVIDIA GPU with 99 KB of shared "
     "memory a program and a Triton with Gluon",
 )
 
@@ -348,17 +356,18 @@ needs_group_gpu = pytest.mark.skipif(
 @pytest.mark.parametrize(
     "shape, dtype",
     [
-        ((300, GROUPED), torch.bfloat16),  # 4 programs a row, several rows a group
+        ((300, GROUPED), torch.bfloat16),  # 8 programs a row, several rows a group
         ((64, GROUPED), torch.float16),
         ((3, 2 * GROUPED), torch.bfloat16),  # fewer rows than groups
-        ((40, 40960), torch.bfloat16),  # 3 slices, the last half outside the row
+        ((40, 36864), torch.bfloat16),  # 5 slices, the last half outside the row
         ((4, 32 * launch.HELD_GROUP_SLICE), torch.bfloat16),  # 32 words a row: the most in pairs
-        ((2, 5, 2**20), torch.bfloat16),  # 64 programs a row, leading dims
-        ((2, 66 * launch.HELD_GROUP_SLICE), torch.bfloat16),  # 2 x 66 programs: every SM
+        ((2, 5, 2**20), torch.bfloat16),  # 128 programs a row, leading dims
+        ((2, 132 * launch.HELD_GROUP_SLICE), torch.bfloat16),  # 2 x 132 programs: every slot
         ((1, GROUPED), torch.float16),  # one row
-        ((50, WIDEST + 16), torch.bfloat16),  # the second slice holds 16 columns
-        ((300, WIDEST), torch.bfloat16),  # 2 programs a row (the held row's width)
-        ((3, 64, WIDEST), torch.float16),  # 2 programs a row, leading dims
+        ((50, WIDEST + 16), torch.bfloat16),  # the fifth slice holds 16 columns
+        ((300, WIDEST), torch.bfloat16),  # 4 programs a row (the held row's width)
+        ((3, 64, WIDEST), torch.float16),  # 4 programs a row, leading dims
+        ((100, 24576), torch.bfloat16),  # 3 programs a row
     ],
     ids=lambda p: "x".join(map(str, p)) if isinstance(p, tuple) else DTYPE_NAMES.get(p, str(p)),
 )

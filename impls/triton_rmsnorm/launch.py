@@ -142,17 +142,22 @@ HELD_BACKWARD_MAX_N = HELD_BACKWARD_CHUNK * HELD_BACKWARD_MAX_CHUNKS
 HELD_BACKWARD_WARPS = (16, 32)
 #: The grouped held-row backward (gluon_kernels.rmsnorm_bwd_held_group_kernel), past
 #: HELD_BACKWARD_MAX_N: a group of programs shares each row, each holding a slice of
-#: HELD_GROUP_CHUNKS x HELD_BACKWARD_CHUNK columns as the held row holds a row, the slices' sums
+#: HELD_GROUP_CHUNKS x HELD_GROUP_CHUNK columns as the held row holds a row, the slices' sums
 #: exchanged through global memory; HELD_GROUP_RING slots, HELD_GROUP_WARPS warps, a cooperative
-#: launch of at most one program per SM (measured at the first call with the wide path). On the
-#: H200 (bf16, 64-2048 rows of 65536-1048576 columns) it ran 1.12-1.20x the wide path, 54-70% of
-#: the copy (results/nvidia-h200/probes/2026-11-30-efadf974d067-backward-held-group-ab.txt), and
-#: 1.07-1.14x that at 65536-262144 columns (70-79%) once each slice's sum and its row's tag
-#: travelled in one word, read early (...-f6e941568a02-backward-held-group-packed-ab.txt).
+#: launch of at most HELD_GROUP_PROGRAMS_PER_SM programs an SM (measured at the first call with
+#: the wide path). On the H200 (bf16, 64-2048 rows of 65536-1048576 columns) it ran 1.12-1.20x
+#: the wide path, 54-70% of the copy (results/nvidia-h200/probes/2026-11-30-efadf974d067-
+#: backward-held-group-ab.txt), and 1.07-1.14x that at 65536-262144 columns (70-79%) once each
+#: slice's sum and its row's tag travelled in one word, read early
+#: (...-f6e941568a02-backward-held-group-packed-ab.txt). Under that exchange 8192-column slices
+#: at 2 an SM ran 1.015-1.033x 16384 at 1 (v28; 512x65536 to 256x262144 and 2048x32768, bf16
+#: and fp16: ...-762450216ee4-backward-group-configs-ab.txt), where under v20's they had not.
+HELD_GROUP_CHUNK = 4096
 HELD_GROUP_CHUNKS = 2
-HELD_GROUP_SLICE = HELD_GROUP_CHUNKS * HELD_BACKWARD_CHUNK
+HELD_GROUP_SLICE = HELD_GROUP_CHUNKS * HELD_GROUP_CHUNK
 HELD_GROUP_RING = 5
 HELD_GROUP_WARPS = 8
+HELD_GROUP_PROGRAMS_PER_SM = 2
 #: Polls of a row's published sums a program makes, all its rows together, before it stops
 #: waiting and sums rows alone (never met in the probes' runs: a cooperative launch keeps every
 #: partner resident).
@@ -1047,10 +1052,15 @@ def _held_group_forward_shared_bytes(config: HeldGroupForward) -> int:
 def _held_group_forward_programs_per_sm(device_index: int, config: HeldGroupForward) -> int:
     """config.per_sm, or as many fewer as the SM's shared memory holds (on the H100 and H200,
     228 KB an SM, all that HELD_GROUP_FORWARDS asks)."""
-    props = torch.cuda.get_device_properties(device_index)
-    per_sm = int(getattr(props, "shared_memory_per_multiprocessor", 0) or 0)
     per_program = _held_group_forward_shared_bytes(config) + SHARED_BYTES_RESERVED_PER_PROGRAM
-    return min(config.per_sm, per_sm // per_program)
+    return min(config.per_sm, _shared_bytes_per_sm(device_index) // per_program)
+
+
+def _shared_bytes_per_sm(device_index: int) -> int:
+    """An SM's shared memory on this device, shared by its resident programs (0 if torch does
+    not say)."""
+    props = torch.cuda.get_device_properties(device_index)
+    return int(getattr(props, "shared_memory_per_multiprocessor", 0) or 0)
 
 
 def _forward_held_group(
@@ -1374,8 +1384,8 @@ def backward_holds_row_on_chip(x, dy, weight, dh_out) -> bool:
 
 def backward_holds_row_in_group(x, dy, weight, dh_out) -> bool:
     """Whether the grouped held-row backward can serve these tensors: rows wider than
-    HELD_BACKWARD_MAX_N whose slices (HELD_GROUP_SLICE columns each) are no more than the SMs,
-    that it can stage (_held_backward_can_stage), on a Hopper-class NVIDIA GPU with the shared
+    HELD_BACKWARD_MAX_N whose slices (HELD_GROUP_SLICE columns each) fit the device's program
+    slots at once, that it can stage (_held_backward_can_stage), on a Hopper-class NVIDIA GPU with the shared
     memory of its ring and that can launch cooperatively (_held_group_fits_device)."""
     n = x.shape[1]
     return (
@@ -1387,11 +1397,12 @@ def backward_holds_row_in_group(x, dy, weight, dh_out) -> bool:
 
 def backward_group_fills_held_row(x: torch.Tensor) -> bool:
     """Whether, at a width the held row serves (backward_holds_row_on_chip), the grouped backward
-    is measured beside it too: where the row fills whole HELD_GROUP_SLICE-column slices (2 at
-    32768 columns) on a device that fits the group (_held_group_fits_device). There it ran
-    1.04x the held row at 2048 rows, 1.07-1.13x at 512-1024 and tied at 4096-8192; with a
-    part-filled last slice (16400-24576 columns) 0.64-0.88x, so it is not offered there
-    (`probes/2026-11-30-014678a37819-backward-group-at-held-row-widths-ab.txt`)."""
+    is measured beside it too: where the row fills whole HELD_GROUP_SLICE-column slices (24576
+    and 32768 columns) on a device that fits the group (_held_group_fits_device). With
+    16384-column slices (v27) it ran 1.04x the held row at 2048x32768, 1.07-1.13x at 512-1024
+    rows and tied at 4096-8192; with a part-filled last slice (16400-24576 columns) 0.64-0.88x,
+    so it is not offered there (`probes/2026-11-30-014678a37819-backward-group-at-held-row-
+    widths-ab.txt`; 8192-column slices: `...-backward-group-configs-ab.txt`, v28)."""
     n = x.shape[1]
     return n % HELD_GROUP_SLICE == 0 and _held_group_fits_device(x.device, n)
 
@@ -1440,31 +1451,46 @@ def held_backward_ring_slots(n: int, shared_bytes: int) -> int:
 
 
 def _held_group_fits_device(device: torch.device, n: int) -> bool:
-    """A Hopper-class device (_hopper_class; every such device launches cooperatively) with an
-    SM for every slice of a row, that gives a program the shared memory of the ring and w's
-    slice."""
+    """A Hopper-class device (_hopper_class; every such device launches cooperatively) whose
+    SMs hold a row's slices at _held_group_backward_programs_per_sm programs an SM (at least
+    one: the shared memory of a program's ring and w's slice)."""
     if not _hopper_class(device):
         return False
     index = device.index or 0
-    staged = (HELD_GROUP_RING * 4 + HELD_GROUP_CHUNKS * 2) * HELD_BACKWARD_CHUNK
-    return (
-        cdiv(n, HELD_GROUP_SLICE) <= _sm_count(index)
-        and _shared_bytes_per_block(index) >= staged + HELD_ROW_SCRATCH_BYTES
-    )
+    per_sm = _held_group_backward_programs_per_sm(index)
+    return per_sm > 0 and cdiv(n, HELD_GROUP_SLICE) <= per_sm * _sm_count(index)
+
+
+def _held_group_backward_shared_bytes() -> int:
+    """A grouped backward program's shared memory: its ring (x and dy, 16-bit), w's slice and
+    scratch."""
+    staged = (HELD_GROUP_RING * 4 + HELD_GROUP_CHUNKS * 2) * HELD_GROUP_CHUNK
+    return staged + HELD_ROW_SCRATCH_BYTES
+
+
+def _held_group_backward_programs_per_sm(device_index: int) -> int:
+    """HELD_GROUP_PROGRAMS_PER_SM, or as many fewer as the SM's shared memory holds (0 if a
+    program's does not fit in what a program may ask for)."""
+    if _shared_bytes_per_block(device_index) < _held_group_backward_shared_bytes():
+        return 0
+    per_program = _held_group_backward_shared_bytes() + SHARED_BYTES_RESERVED_PER_PROGRAM
+    return min(HELD_GROUP_PROGRAMS_PER_SM, _shared_bytes_per_sm(device_index) // per_program)
 
 
 def _backward_held_group(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw) -> None:
     """Rows shared by a group of programs (backward_holds_row_in_group and, at the held row's
-    widths, backward_group_fills_held_row say when): as many groups as fit one program per
-    SM, each walking a contiguous chunk of rows; a fixed configuration. Allocates, beside the partials, one int64 per (row, slice) (the exchange):
+    widths, backward_group_fills_held_row say when): as many groups as fit
+    _held_group_backward_programs_per_sm programs an SM, each walking a contiguous chunk of
+    rows; a fixed configuration. Allocates, beside the partials, one int64 per (row, slice) (the exchange):
     dx's bytes / 4096 for 16-bit rows."""
     m, n = x.shape
     group = cdiv(n, HELD_GROUP_SLICE)
-    groups, rows_per_group = _row_groups(m, group, x.device)
+    per_sm = _held_group_backward_programs_per_sm(x.device.index or 0)
+    groups, rows_per_group = _row_groups(m, group, x.device, per_sm)
     dw_partial = torch.empty((groups, n), dtype=torch.float32, device=x.device)
     sums = torch.zeros((m * group,), dtype=torch.int64, device=x.device)
     config = {"GROUP": group, "GROUP_PADDED": held_group_words(group, HELD_GROUP_WARPS),
-              "CHUNK": HELD_BACKWARD_CHUNK, "CHUNKS": HELD_GROUP_CHUNKS, "RING": HELD_GROUP_RING,
+              "CHUNK": HELD_GROUP_CHUNK, "CHUNKS": HELD_GROUP_CHUNKS, "RING": HELD_GROUP_RING,
               "WARPS": HELD_GROUP_WARPS}  # fmt: skip
     meta = {"N": n, **config, "HAS_DH_OUT": has_dh_out, "SPIN_LIMIT": HELD_GROUP_SPIN_LIMIT,
             "num_warps": HELD_GROUP_WARPS, "launch_cooperative_grid": True}  # fmt: skip
@@ -1473,7 +1499,9 @@ def _backward_held_group(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw
             HELD_GROUP_TAG_OFFSET)  # fmt: skip
     direct.launch(gluon_kernels.rmsnorm_bwd_held_group_kernel, (groups * group,), args, meta,
                   x.get_device())  # fmt: skip
-    _LAUNCHED["rmsnorm_bwd_held_group_kernel"] = {**config, "num_warps": HELD_GROUP_WARPS}
+    _LAUNCHED["rmsnorm_bwd_held_group_kernel"] = {
+        **config, "PROGRAMS_PER_SM": per_sm, "num_warps": HELD_GROUP_WARPS,
+    }  # fmt: skip
     _reduce_partials(dw_partial, dw)
 
 

@@ -49,9 +49,10 @@ def _offsets() -> list[int]:
 def _backward_run(m, n, sums_at):
     """launch._backward_held_group with SUMS at sums_at(count) (a zeroed view of the pool)."""
     group = launch.cdiv(n, launch.HELD_GROUP_SLICE)
-    groups, rows_per_group = launch._row_groups(m, group, torch.device("cuda", 0))
+    per_sm = launch._held_group_backward_programs_per_sm(0)  # (since v28; 1 before)
+    groups, rows_per_group = launch._row_groups(m, group, torch.device("cuda", 0), per_sm)
     config = {"GROUP": group, "GROUP_PADDED": launch.held_group_words(group, launch.HELD_GROUP_WARPS),
-              "CHUNK": launch.HELD_BACKWARD_CHUNK, "CHUNKS": launch.HELD_GROUP_CHUNKS,
+              "CHUNK": launch.HELD_GROUP_CHUNK, "CHUNKS": launch.HELD_GROUP_CHUNKS,
               "RING": launch.HELD_GROUP_RING, "WARPS": launch.HELD_GROUP_WARPS}  # fmt: skip
     meta = {"N": n, **config, "HAS_DH_OUT": False, "SPIN_LIMIT": launch.HELD_GROUP_SPIN_LIMIT,
             "num_warps": launch.HELD_GROUP_WARPS, "launch_cooperative_grid": True}  # fmt: skip
@@ -128,7 +129,8 @@ def main(out_path: str) -> None:
         dy = torch.randn(m, n, device="cuda", dtype=dtype)
         w = torch.randn(n, device="cuda", dtype=dtype)
         rstd = torch.rand(m, device="cuda") + 0.5
-        groups, _ = launch._row_groups(m, launch.cdiv(n, launch.HELD_GROUP_SLICE), x.device)
+        per_sm = launch._held_group_backward_programs_per_sm(0)
+        groups, _ = launch._row_groups(m, launch.cdiv(n, launch.HELD_GROUP_SLICE), x.device, per_sm)
         partial = torch.empty(groups, n, device="cuda")
         args = (dy, x, w, rstd, torch.empty_like(x), torch.empty_like(w), partial)
         arg_sets = tuning.rotating_arguments(args, l2)
