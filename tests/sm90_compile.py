@@ -10,7 +10,8 @@ Each case names the kernel ("bwd": rmsnorm_bwd_kernel, "fwd": rmsnorm_fwd_kernel
 16-bit rows of odd N, MAY_WRAP as the case's "wrap" says, "held_row":
 gluon_kernels.rmsnorm_fwd_held_row_kernel, whose case gives only x, block_n and warps,
 "held_row_bwd": gluon_kernels.rmsnorm_bwd_held_row_kernel, x, block_n, warps and extra;
-"held_group_bwd": gluon_kernels.rmsnorm_bwd_held_group_kernel, x, block_n and extra;
+"held_group_bwd": gluon_kernels.rmsnorm_bwd_held_group_kernel, x, block_n, extra and
+optionally config, an index into launch.HELD_GROUP_BACKWARDS (default 0);
 "held_group_fwd": gluon_kernels.rmsnorm_fwd_held_group_kernel, x, block_n and config, an
 index into launch.HELD_GROUP_FORWARDS), x's dtype
 (and dy's, for the backward), HOLD_STORAGE_FORM, HAS_DH_OUT or HAS_RESIDUAL ("extra"), the tile
@@ -111,19 +112,22 @@ def _compile_held_row_backward_ptx(case: dict) -> str:
 
 
 def _compile_held_group_backward_ptx(case: dict) -> str:
-    """gluon_kernels.rmsnorm_bwd_held_group_kernel at N = block_n, as launch configures it
-    (x, dy, dx, w and dh_out of the case's x dtype, row strides divisible by 16)."""
+    """gluon_kernels.rmsnorm_bwd_held_group_kernel at N = block_n, as launch configures it in
+    launch.HELD_GROUP_BACKWARDS[case.get("config", 0)], its register cap included (x, dy, dx, w
+    and dh_out of the case's x dtype, row strides divisible by 16)."""
     from impls.triton_rmsnorm import gluon_kernels, launch
 
     n, x = case["block_n"], case["x"]
+    config = launch.HELD_GROUP_BACKWARDS[case.get("config", 0)]
     pointer_types = {**_held_backward_pointers(x), "SUMS": "i64"}
-    group = launch.cdiv(n, launch.HELD_GROUP_SLICE)
-    constexprs = {"N": n, "GROUP": group, "GROUP_PADDED": launch.held_group_words(group, launch.HELD_GROUP_WARPS),
-                  "CHUNK": launch.HELD_GROUP_CHUNK, "CHUNKS": launch.HELD_GROUP_CHUNKS,
-                  "RING": launch.HELD_GROUP_RING, "HAS_DH_OUT": case["extra"],
-                  "WARPS": launch.HELD_GROUP_WARPS, "SPIN_LIMIT": launch.HELD_GROUP_SPIN_LIMIT}  # fmt: skip
-    return _ptx(gluon_kernels.rmsnorm_bwd_held_group_kernel, pointer_types, constexprs,
-                {"num_warps": launch.HELD_GROUP_WARPS}, divisible=_BACKWARD_ROW_STRIDES)  # fmt: skip
+    group = launch.cdiv(n, config.slice_n)
+    constexprs = {"N": n, "GROUP": group, "GROUP_PADDED": launch.held_group_words(group, config.warps),
+                  "CHUNK": config.chunk, "CHUNKS": config.chunks, "RING": config.ring,
+                  "HAS_DH_OUT": case["extra"], "WARPS": config.warps,
+                  "SPIN_LIMIT": launch.HELD_GROUP_SPIN_LIMIT}  # fmt: skip
+    options = {"num_warps": config.warps, **launch._register_cap(config.per_sm, config.warps)}
+    return _ptx(gluon_kernels.rmsnorm_bwd_held_group_kernel, pointer_types, constexprs, options,
+                divisible=_BACKWARD_ROW_STRIDES)  # fmt: skip
 
 
 def _compile_held_group_forward_ptx(case: dict) -> str:
@@ -237,6 +241,9 @@ def main(cases: list[dict]) -> list[dict]:
             found["barriers from the polls through the fallback"] = _barriers_in_polls_and_fallback(
                 ptx
             )
+        if case["kernel"] == "held_group_bwd":  # 2 programs an SM need their registers capped
+            cap = re.search(r"\.maxnreg (\d+)", ptx)
+            found["register cap"] = int(cap.group(1)) if cap else None
         if case["kernel"] in ("held_row_bwd", "held_group_bwd", "held_group_fwd"):  # 16 bytes
             found["staged vectors"] = ptx.count("cp.async.cg.shared.global")
             found["vector stores"] = ptx.count("st.global.v4.b32")

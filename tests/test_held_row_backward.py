@@ -114,23 +114,25 @@ def test_backward_measures_it_beside_the_wide_path(monkeypatch):
 
 
 def test_backward_measures_the_group_where_the_row_fills_its_slices(monkeypatch):
-    """At the held row's widths the grouped backward is measured beside it where the row fills
-    whole 8192-column slices (24576 and 32768 columns: 3 and 4 programs a row) and the device
-    fits the group; not where the last slice is part-filled (with 16384-column slices it
-    measured 0.64-0.88x there)."""
+    """At the held row's widths the grouped backward is measured beside it in each
+    configuration whose slices the row fills whole (24576 columns: 8192-column slices; 32768:
+    8192 and 16384) and that the device fits; not where the last slice is part-filled (with
+    16384-column slices it measured 0.64-0.88x there)."""
     bf16 = torch.bfloat16
     monkeypatch.setattr(launch, "backward_holds_row_on_chip", lambda *a: True)
     fits = {"group": True}
-    monkeypatch.setattr(launch, "_held_group_fits_device", lambda device, n: fits["group"])
+    monkeypatch.setattr(launch, "_inline_ptx_runs", lambda: True)
+    monkeypatch.setattr(launch, "_held_group_fits_device", lambda device, n, c: fits["group"])
     held = [launch._backward_wide, *launch._HELD_ROW_BACKWARDS]
 
     def offered(n):
         x = torch.zeros(2, n, dtype=bf16)
         return launch._backward_paths(x, x, x[0], None)
 
-    assert launch.HELD_GROUP_SLICE * 4 == WIDEST
-    assert offered(WIDEST) == [*held, launch._backward_held_group]
-    assert offered(24576) == [*held, launch._backward_held_group]
+    narrow, wide = (launch._held_group_backward_path(c) for c in launch.HELD_GROUP_BACKWARDS)
+    assert [c.slice_n for c in launch.HELD_GROUP_BACKWARDS] == [WIDEST // 4, WIDEST // 2]
+    assert offered(WIDEST) == [*held, narrow, wide]
+    assert offered(24576) == [*held, narrow]
     assert offered(WIDEST - 16) == held
     assert offered(20480) == held
     assert offered(NARROWEST) == held
@@ -251,6 +253,8 @@ def test_held_row_backward_fp32_weight_takes_the_wide_path():
 # ---- rows wider than one SM holds: a group of programs a row ---------------------------------
 
 GROUPED = 2 * WIDEST
+#: The slice of the default (first) configuration, which the tests force.
+SLICE = launch.HELD_GROUP_BACKWARDS[0].slice_n
 
 
 def test_launch_offers_the_group_past_the_held_row(monkeypatch):
@@ -259,7 +263,7 @@ def test_launch_offers_the_group_past_the_held_row(monkeypatch):
     bf16 = torch.bfloat16
     monkeypatch.setattr(launch, "_inline_ptx_runs", lambda: True)
     monkeypatch.setattr(launch, "_held_row_backward_fits_device", lambda device, n: True)
-    monkeypatch.setattr(launch, "_held_group_fits_device", lambda device, n: True)
+    monkeypatch.setattr(launch, "_held_group_fits_device", lambda device, n, c: True)
 
     def offered(n, w_dtype=bf16, width=None):
         x = torch.zeros(2, width or n, dtype=bf16)[:, :n]
@@ -273,17 +277,22 @@ def test_launch_offers_the_group_past_the_held_row(monkeypatch):
     x = torch.zeros(2, GROUPED, dtype=bf16)
     assert launch._backward_paths(x, x, x[0], None) == [
         launch._backward_wide,
-        launch._backward_held_group,
+        *(launch._held_group_backward_path(c) for c in launch.HELD_GROUP_BACKWARDS),
     ]
+    assert launch._held_group_backward_path(launch.HELD_GROUP_BACKWARDS[0]) is (
+        launch._held_group_backward_path(launch.HELD_GROUP_BACKWARDS[0])
+    )  # one path object a configuration: the measured choice's key
 
 
 def test_device_part_of_the_group_decision(monkeypatch):
-    """Compute capability 9.0 or later, a program slot for every 8192-column slice of a row
-    (2 an SM where the SM's shared memory holds two programs' 5 ring slots and w's slice, 99 KB
-    each, as the H100's and H200's 228 KB do; else 1), and that much shared memory a program."""
-    assert not launch._held_group_fits_device(torch.device("cpu"), GROUPED)
+    """Compute capability 9.0 or later, a program slot for every slice of a row: in the
+    8192-column configuration 2 an SM where the SM's shared memory holds two programs' 5 ring
+    slots and w's slice (99 KB each, as the H100's and H200's 228 KB do), else 1; and that much
+    shared memory a program. The 16384-column configuration (194 KB) takes one an SM."""
+    narrow, wide = launch.HELD_GROUP_BACKWARDS
+    assert not launch._held_group_fits_device(torch.device("cpu"), GROUPED, narrow)
     cuda = torch.device("cuda", 0)
-    slices = launch.HELD_GROUP_SLICE
+    slices = narrow.slice_n
     monkeypatch.setattr(launch, "_sm_count", lambda index: 132)
     for capability, per_block, per_sm, n, fits in [
         ((9, 0), HOPPER_SHARED, 233472, GROUPED, True),
@@ -297,7 +306,20 @@ def test_device_part_of_the_group_decision(monkeypatch):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index, c=capability: c)
         monkeypatch.setattr(launch, "_shared_bytes_per_block", lambda index, s=per_block: s)
         monkeypatch.setattr(launch, "_shared_bytes_per_sm", lambda index, s=per_sm: s)
-        assert launch._held_group_fits_device(cuda, n) is fits, (capability, per_block, per_sm, n)
+        assert launch._held_group_fits_device(cuda, n, narrow) is fits, (capability, per_block, n)
+        if capability == (9, 0) and (per_block, per_sm) == (HOPPER_SHARED, 233472):
+            assert launch._held_group_backward_programs_per_sm(0, wide) == 1
+            assert launch._held_group_fits_device(cuda, 132 * wide.slice_n, wide)
+            assert not launch._held_group_fits_device(cuda, 132 * wide.slice_n + 16, wide)
+
+
+def test_two_programs_an_sm_cap_the_registers():
+    """A configuration of 2 programs an SM launches with its registers capped at what lets both
+    stay resident (a cooperative launch fails otherwise: 137-183 registers were measured without
+    the cap at some widths); one an SM launches uncapped."""
+    assert launch._register_cap(2, 8) == {"maxnreg": 128}
+    assert launch._register_cap(1, 8) == {}
+    assert launch._register_cap(4, 4) == {"maxnreg": 128}
 
 
 def test_held_group_words_are_whole_in_every_warp_or_one_a_thread():
@@ -326,9 +348,14 @@ def test_held_group_backward_compiles_for_sm90():
     cases = [{"kernel": "held_group_bwd", "x": x, "block_n": n, "extra": dh}
              for x, n, dh in (("bf16", GROUPED, False), ("fp16", 40960, True),
                               ("bf16", 2**20, False))]  # fmt: skip
+    cases.append({"kernel": "held_group_bwd", "x": "bf16", "block_n": GROUPED, "extra": True,
+                  "config": 1})  # fmt: skip
     expected = {"relaxed exchanges": 2, "acquires or releases": 0, "volatile loads": 2,
                 "staged vectors": 2 * (2 * 5 + 2 + 2 * 2), "vector stores": 2 * 2 + 4 * 2}  # fmt: skip
     found = sm90_compile.run(cases)
+    # 2 programs an SM: registers capped at 128 (8 warps); 1 an SM (16384-column slices): none
+    assert [f["register cap"] for f in found] == [128, 128, 128, None]
+    found = found[:3]
     assert [{k: f[k] for k in expected} for f in found] == [expected] * 3
     barriers = [f["barriers from the polls through the fallback"] for f in found]
     assert barriers[:2] == [0, 0] and barriers[2] > 0  # 8 and 5 words a row; 128: shared
@@ -337,15 +364,19 @@ def test_held_group_backward_compiles_for_sm90():
     assert [(f["bf16"], f["fp16"]) for f in found] == pairs
 
 
-def _force_group(monkeypatch) -> None:
-    monkeypatch.setattr(launch, "_backward_paths", lambda *args: [launch._backward_held_group])
+def _force_group(monkeypatch, config: int = 0) -> None:
+    path = launch._held_group_backward_path(launch.HELD_GROUP_BACKWARDS[config])
+    monkeypatch.setattr(launch, "_backward_paths", lambda *args: [path])
 
 
 needs_group_gpu = pytest.mark.skipif(
     not (
         ON_NVIDIA_GPU
         and launch.gluon_kernels is not None
-        and launch._held_group_fits_device(torch.device("cuda"), GROUPED)
+        and all(
+            launch._held_group_fits_device(torch.device("cuda"), GROUPED, c)
+            for c in launch.HELD_GROUP_BACKWARDS
+        )
     ),
     reason="the grouped held-row backward needs a Hopper-class NVIDIA GPU with 99 KB of shared "
     "memory a program and a Triton with Gluon",
@@ -360,9 +391,9 @@ needs_group_gpu = pytest.mark.skipif(
         ((64, GROUPED), torch.float16),
         ((3, 2 * GROUPED), torch.bfloat16),  # fewer rows than groups
         ((40, 36864), torch.bfloat16),  # 5 slices, the last half outside the row
-        ((4, 32 * launch.HELD_GROUP_SLICE), torch.bfloat16),  # 32 words a row: the most in pairs
+        ((4, 32 * SLICE), torch.bfloat16),  # 32 words a row: the most in pairs
         ((2, 5, 2**20), torch.bfloat16),  # 128 programs a row, leading dims
-        ((2, 132 * launch.HELD_GROUP_SLICE), torch.bfloat16),  # 2 x 132 programs: every slot
+        ((2, 132 * SLICE), torch.bfloat16),  # 2 x 132 programs: every slot
         ((1, GROUPED), torch.float16),  # one row
         ((50, WIDEST + 16), torch.bfloat16),  # the fifth slice holds 16 columns
         ((300, WIDEST), torch.bfloat16),  # 4 programs a row (the held row's width)
@@ -377,6 +408,26 @@ def test_held_group_backward_matches_the_oracle(monkeypatch, shape, dtype):
     launch.take_launch_configs()
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
     assert "rmsnorm_bwd_held_group_kernel" in launch.take_launch_configs()
+
+
+@needs_group_gpu
+@pytest.mark.parametrize(
+    "shape, dtype",
+    [
+        ((300, GROUPED), torch.bfloat16),  # 4 programs a row
+        ((2, 5, 2**20), torch.float16),  # 64 programs a row, leading dims
+        ((50, WIDEST + 16), torch.bfloat16),  # the third slice holds 16 columns
+        ((64, WIDEST), torch.bfloat16),  # 2 programs a row (the held row's width)
+    ],
+    ids=lambda p: "x".join(map(str, p)) if isinstance(p, tuple) else DTYPE_NAMES.get(p, str(p)),
+)
+def test_held_group_backward_in_16384_column_slices_matches_the_oracle(monkeypatch, shape, dtype):
+    _force_group(monkeypatch, config=1)
+    inputs = make_inputs(shape, dtype, DEVICE)
+    launch.take_launch_configs()
+    _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
+    launched = launch.take_launch_configs()["rmsnorm_bwd_held_group_kernel"]
+    assert (launched["CHUNK"], launched["PROGRAMS_PER_SM"]) == (8192, 1)
 
 
 def record_exchanges(monkeypatch) -> list:
@@ -422,7 +473,7 @@ def test_held_group_backward_falls_back_on_every_row(monkeypatch, spin_limit, ta
     inputs = make_inputs((300, GROUPED), torch.bfloat16, DEVICE)
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
     assert len(exchanges) == 1
-    assert_every_slice_published(exchanges[0], 300, launch.cdiv(GROUPED, launch.HELD_GROUP_SLICE))
+    assert_every_slice_published(exchanges[0], 300, launch.cdiv(GROUPED, SLICE))
 
 
 @needs_group_gpu
@@ -457,7 +508,8 @@ def test_the_measured_choice_is_remembered_and_captured(monkeypatch):
     launch._MEASURED_PATH.clear()
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
     chosen = [path for key, path in launch._MEASURED_PATH.items() if key[0] == "bwd"]
-    offered = (launch._backward_wide, *launch._HELD_ROW_BACKWARDS, launch._backward_held_group)
+    groups = (launch._held_group_backward_path(c) for c in launch.HELD_GROUP_BACKWARDS)
+    offered = (launch._backward_wide, *launch._HELD_ROW_BACKWARDS, *groups)
     assert len(chosen) == 1 and chosen[0] in offered
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
     assert [p for k, p in launch._MEASURED_PATH.items() if k[0] == "bwd"] == chosen

@@ -140,24 +140,45 @@ HELD_BACKWARD_CHUNK = 8192
 HELD_BACKWARD_MAX_CHUNKS = 4
 HELD_BACKWARD_MAX_N = HELD_BACKWARD_CHUNK * HELD_BACKWARD_MAX_CHUNKS
 HELD_BACKWARD_WARPS = (16, 32)
+
+
+class HeldGroupBackward(NamedTuple):
+    """A configuration of the grouped held-row backward: a program owns `chunks` chunks of
+    `chunk` columns of a row (its slice), staged in a ring of `ring` chunk slots of x and dy
+    beside w's slice; at most per_sm programs an SM (fewer where its shared memory holds fewer;
+    registers capped so that per_sm fit); `warps` warps a program."""
+
+    chunk: int
+    chunks: int
+    ring: int
+    per_sm: int
+    warps: int
+
+    @property
+    def slice_n(self) -> int:
+        return self.chunk * self.chunks
+
+
 #: The grouped held-row backward (gluon_kernels.rmsnorm_bwd_held_group_kernel), past
-#: HELD_BACKWARD_MAX_N: a group of programs shares each row, each holding a slice of
-#: HELD_GROUP_CHUNKS x HELD_GROUP_CHUNK columns as the held row holds a row, the slices' sums
-#: exchanged through global memory; HELD_GROUP_RING slots, HELD_GROUP_WARPS warps, a cooperative
-#: launch of at most HELD_GROUP_PROGRAMS_PER_SM programs an SM (measured at the first call with
-#: the wide path). On the H200 (bf16, 64-2048 rows of 65536-1048576 columns) it ran 1.12-1.20x
-#: the wide path, 54-70% of the copy (results/nvidia-h200/probes/2026-11-30-efadf974d067-
-#: backward-held-group-ab.txt), and 1.07-1.14x that at 65536-262144 columns (70-79%) once each
-#: slice's sum and its row's tag travelled in one word, read early
-#: (...-f6e941568a02-backward-held-group-packed-ab.txt). Under that exchange 8192-column slices
-#: at 2 an SM ran 1.015-1.033x 16384 at 1 (v28; 512x65536 to 256x262144 and 2048x32768, bf16
-#: and fp16: ...-762450216ee4-backward-group-configs-ab.txt), where under v20's they had not.
-HELD_GROUP_CHUNK = 4096
-HELD_GROUP_CHUNKS = 2
-HELD_GROUP_SLICE = HELD_GROUP_CHUNKS * HELD_GROUP_CHUNK
-HELD_GROUP_RING = 5
-HELD_GROUP_WARPS = 8
-HELD_GROUP_PROGRAMS_PER_SM = 2
+#: HELD_BACKWARD_MAX_N: a group of programs shares each row, each holding a slice as the held
+#: row holds a row, the slices' sums exchanged through global memory; a cooperative launch. Each
+#: configuration here that fits the device is a path of its own, measured at the first call
+#: with the wide path. On the H200, 16384-column slices, 5 ring slots, 8 warps, 1 an SM (v20)
+#: ran 1.12-1.20x the wide path at 64-2048 rows of 65536-1048576 columns, 54-70% of the copy
+#: (results/nvidia-h200/probes/2026-11-30-efadf974d067-backward-held-group-ab.txt), and
+#: 1.07-1.14x that at 65536-262144 columns (70-79%) once each slice's sum and its row's tag
+#: travelled in one word, read early (...-f6e941568a02-backward-held-group-packed-ab.txt).
+#: Under that exchange 8192-column slices at 2 an SM ran 1.015-1.033x (v28; 512x65536 to
+#: 256x262144 and 2048x32768, bf16, and 512x65536 fp16: ...-762450216ee4-backward-group-configs-
+#: ab.txt), where under v20's they had not; at 2 an SM the registers are capped at 128
+#: (REGISTERS_PER_SM over 2 x 8 warps), which ptxas meets without spilling at 65536-1048576
+#: columns, bf16 and fp16, with or without dh_out (Triton 3.6).
+HELD_GROUP_BACKWARDS = (
+    HeldGroupBackward(chunk=4096, chunks=2, ring=5, per_sm=2, warps=8),
+    HeldGroupBackward(chunk=8192, chunks=2, ring=5, per_sm=1, warps=8),
+)
+#: 32-bit registers an SM on the Hopper-class GPUs the Gluon kernels run on.
+REGISTERS_PER_SM = 65536
 #: Polls of a row's published sums a program makes, all its rows together, before it stops
 #: waiting and sums rows alone (never met in the probes' runs: a cooperative launch keeps every
 #: partner resident).
@@ -1176,12 +1197,10 @@ def _backward_paths(x, dy, weight, dh_out) -> list:
     """The backward paths that can serve x, the default first."""
     if not backward_is_looped(x.shape[1]):
         return [_backward_single_tile]
+    groups = [_held_group_backward_path(c) for c in held_group_backwards(x, dy, weight, dh_out)]
     if backward_holds_row_on_chip(x, dy, weight, dh_out):
-        group = [_backward_held_group] if backward_group_fills_held_row(x) else []
-        return [_backward_wide, *_HELD_ROW_BACKWARDS, *group]
-    if backward_holds_row_in_group(x, dy, weight, dh_out):
-        return [_backward_wide, _backward_held_group]
-    return [_backward_wide]
+        return [_backward_wide, *_HELD_ROW_BACKWARDS, *groups]
+    return [_backward_wide, *groups]
 
 
 def _reduce_partials(dw_partial: torch.Tensor, dw: torch.Tensor) -> None:
@@ -1382,29 +1401,30 @@ def backward_holds_row_on_chip(x, dy, weight, dh_out) -> bool:
     )
 
 
-def backward_holds_row_in_group(x, dy, weight, dh_out) -> bool:
-    """Whether the grouped held-row backward can serve these tensors: rows wider than
-    HELD_BACKWARD_MAX_N whose slices (HELD_GROUP_SLICE columns each) fit the device's program
-    slots at once, that it can stage (_held_backward_can_stage), on a Hopper-class NVIDIA GPU with the shared
-    memory of its ring and that can launch cooperatively (_held_group_fits_device)."""
+def held_group_backwards(x, dy, weight, dh_out) -> tuple[HeldGroupBackward, ...]:
+    """The configurations of HELD_GROUP_BACKWARDS in which the grouped held-row backward can
+    serve these tensors: rows wider than HELD_BACKWARD_MAX_N, or at the held row's widths rows
+    that fill the configuration's slices whole, that the held backwards can stage
+    (_held_backward_can_stage), on a device where the configuration fits
+    (_held_group_fits_device). At the held row's widths, with 16384-column slices (v27), it ran
+    1.04x the held row at 2048x32768, 1.07-1.13x at 512-1024 rows and tied at 4096-8192; with
+    a part-filled last slice (16400-24576 columns) 0.64-0.88x, so none is offered there
+    (`probes/2026-11-30-014678a37819-backward-group-at-held-row-widths-ab.txt`)."""
     n = x.shape[1]
-    return (
-        n > HELD_BACKWARD_MAX_N
-        and _held_backward_can_stage(x, dy, weight, dh_out)
-        and _held_group_fits_device(x.device, n)
+    if n <= BACKWARD_SINGLE_TILE_MAX_N or not _held_backward_can_stage(x, dy, weight, dh_out):
+        return ()
+    return tuple(
+        c
+        for c in HELD_GROUP_BACKWARDS
+        if (n > HELD_BACKWARD_MAX_N or n % c.slice_n == 0)
+        and _held_group_fits_device(x.device, n, c)
     )
 
 
-def backward_group_fills_held_row(x: torch.Tensor) -> bool:
-    """Whether, at a width the held row serves (backward_holds_row_on_chip), the grouped backward
-    is measured beside it too: where the row fills whole HELD_GROUP_SLICE-column slices (24576
-    and 32768 columns) on a device that fits the group (_held_group_fits_device). With
-    16384-column slices (v27) it ran 1.04x the held row at 2048x32768, 1.07-1.13x at 512-1024
-    rows and tied at 4096-8192; with a part-filled last slice (16400-24576 columns) 0.64-0.88x,
-    so it is not offered there (`probes/2026-11-30-014678a37819-backward-group-at-held-row-
-    widths-ab.txt`; 8192-column slices: `...-backward-group-configs-ab.txt`, v28)."""
-    n = x.shape[1]
-    return n % HELD_GROUP_SLICE == 0 and _held_group_fits_device(x.device, n)
+def backward_holds_row_in_group(x, dy, weight, dh_out) -> bool:
+    """Whether a grouped held-row backward can serve these tensors past HELD_BACKWARD_MAX_N (in
+    a configuration of held_group_backwards)."""
+    return x.shape[1] > HELD_BACKWARD_MAX_N and bool(held_group_backwards(x, dy, weight, dh_out))
 
 
 def _held_backward_can_stage(x, dy, weight, dh_out) -> bool:
@@ -1450,59 +1470,76 @@ def held_backward_ring_slots(n: int, shared_bytes: int) -> int:
     return ring if ring >= chunks else 0
 
 
-def _held_group_fits_device(device: torch.device, n: int) -> bool:
-    """A Hopper-class device (_hopper_class; every such device launches cooperatively) whose
-    SMs hold a row's slices at _held_group_backward_programs_per_sm programs an SM (at least
-    one: the shared memory of a program's ring and w's slice)."""
+def _held_group_fits_device(device: torch.device, n: int, config: HeldGroupBackward) -> bool:
+    """A Hopper-class device (_hopper_class; every such device launches cooperatively) with a
+    program slot for each of a row's slices in the configuration
+    (_held_group_backward_programs_per_sm an SM; none where a program's shared memory does not
+    fit)."""
     if not _hopper_class(device):
         return False
     index = device.index or 0
-    per_sm = _held_group_backward_programs_per_sm(index)
-    return per_sm > 0 and cdiv(n, HELD_GROUP_SLICE) <= per_sm * _sm_count(index)
+    slots = _held_group_backward_programs_per_sm(index, config) * _sm_count(index)
+    return cdiv(n, config.slice_n) <= slots
 
 
-def _held_group_backward_shared_bytes() -> int:
+def _held_group_backward_shared_bytes(config: HeldGroupBackward) -> int:
     """A grouped backward program's shared memory: its ring (x and dy, 16-bit), w's slice and
     scratch."""
-    staged = (HELD_GROUP_RING * 4 + HELD_GROUP_CHUNKS * 2) * HELD_GROUP_CHUNK
-    return staged + HELD_ROW_SCRATCH_BYTES
+    return (config.ring * 4 + config.chunks * 2) * config.chunk + HELD_ROW_SCRATCH_BYTES
 
 
-def _held_group_backward_programs_per_sm(device_index: int) -> int:
-    """HELD_GROUP_PROGRAMS_PER_SM, or as many fewer as the SM's shared memory holds (0 if a
-    program's does not fit in what a program may ask for)."""
-    if _shared_bytes_per_block(device_index) < _held_group_backward_shared_bytes():
+def _held_group_backward_programs_per_sm(device_index: int, config: HeldGroupBackward) -> int:
+    """config.per_sm, or as many fewer as the SM's shared memory holds (0 if a program's does
+    not fit in what a program may ask for)."""
+    if _shared_bytes_per_block(device_index) < _held_group_backward_shared_bytes(config):
         return 0
-    per_program = _held_group_backward_shared_bytes() + SHARED_BYTES_RESERVED_PER_PROGRAM
-    return min(HELD_GROUP_PROGRAMS_PER_SM, _shared_bytes_per_sm(device_index) // per_program)
+    per_program = _held_group_backward_shared_bytes(config) + SHARED_BYTES_RESERVED_PER_PROGRAM
+    return min(config.per_sm, _shared_bytes_per_sm(device_index) // per_program)
 
 
-def _backward_held_group(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw) -> None:
-    """Rows shared by a group of programs (backward_holds_row_in_group and, at the held row's
-    widths, backward_group_fills_held_row say when): as many groups as fit
-    _held_group_backward_programs_per_sm programs an SM, each walking a contiguous chunk of
-    rows; a fixed configuration. Allocates, beside the partials, one int64 per (row, slice) (the exchange):
+def _backward_held_group(
+    dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw, *, config=HELD_GROUP_BACKWARDS[0]
+) -> None:
+    """Rows shared by a group of programs (held_group_backwards says when), in configuration
+    `config`: as many groups as fit _held_group_backward_programs_per_sm programs an SM (the
+    registers capped so that they do), each walking a contiguous chunk of rows. Allocates, beside the partials, one int64 per (row, slice) (the exchange):
     dx's bytes / 4096 for 16-bit rows."""
     m, n = x.shape
-    group = cdiv(n, HELD_GROUP_SLICE)
-    per_sm = _held_group_backward_programs_per_sm(x.device.index or 0)
+    group = cdiv(n, config.slice_n)
+    per_sm = _held_group_backward_programs_per_sm(x.device.index or 0, config)
     groups, rows_per_group = _row_groups(m, group, x.device, per_sm)
     dw_partial = torch.empty((groups, n), dtype=torch.float32, device=x.device)
     sums = torch.zeros((m * group,), dtype=torch.int64, device=x.device)
-    config = {"GROUP": group, "GROUP_PADDED": held_group_words(group, HELD_GROUP_WARPS),
-              "CHUNK": HELD_GROUP_CHUNK, "CHUNKS": HELD_GROUP_CHUNKS, "RING": HELD_GROUP_RING,
-              "WARPS": HELD_GROUP_WARPS}  # fmt: skip
-    meta = {"N": n, **config, "HAS_DH_OUT": has_dh_out, "SPIN_LIMIT": HELD_GROUP_SPIN_LIMIT,
-            "num_warps": HELD_GROUP_WARPS, "launch_cooperative_grid": True}  # fmt: skip
+    constexprs = {"GROUP": group, "GROUP_PADDED": held_group_words(group, config.warps),
+                  "CHUNK": config.chunk, "CHUNKS": config.chunks, "RING": config.ring,
+                  "WARPS": config.warps}  # fmt: skip
+    meta = {"N": n, **constexprs, "HAS_DH_OUT": has_dh_out, "SPIN_LIMIT": HELD_GROUP_SPIN_LIMIT,
+            "num_warps": config.warps, "launch_cooperative_grid": True,
+            **_register_cap(per_sm, config.warps)}  # fmt: skip
     args = (x, weight, dy, rstd, dx, dw_partial, dh_arg, sums, x.stride(0), dy.stride(0),
             dx.stride(0), dh_arg.stride(0), m, rows_per_group, offset,
             HELD_GROUP_TAG_OFFSET)  # fmt: skip
     direct.launch(gluon_kernels.rmsnorm_bwd_held_group_kernel, (groups * group,), args, meta,
                   x.get_device())  # fmt: skip
     _LAUNCHED["rmsnorm_bwd_held_group_kernel"] = {
-        **config, "PROGRAMS_PER_SM": per_sm, "num_warps": HELD_GROUP_WARPS,
+        **constexprs, "PROGRAMS_PER_SM": per_sm, "num_warps": config.warps,
     }  # fmt: skip
     _reduce_partials(dw_partial, dw)
+
+
+def _register_cap(programs_per_sm: int, warps: int) -> dict:
+    """The launch option that lets programs_per_sm programs of `warps` warps share an SM's
+    registers (a cooperative launch fails if fewer fit): none for one program."""
+    if programs_per_sm <= 1:
+        return {}
+    return {"maxnreg": REGISTERS_PER_SM // (programs_per_sm * warps * 32)}
+
+
+@functools.cache
+def _held_group_backward_path(config: HeldGroupBackward):
+    """The grouped backward in one configuration: a path of its own (one object a
+    configuration, as the measured paths' key holds the paths)."""
+    return functools.partial(_backward_held_group, config=config)
 
 
 def _backward_held_row(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw, *, warps: int):

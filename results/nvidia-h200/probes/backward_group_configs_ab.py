@@ -2,8 +2,9 @@
 slice), where its fixed cost weighs most: 512-1024 x 65536 (63.6-75% of the copy in the
 seventeenth session's runs), 256-512 x 131072, 256x262144, and 2048x32768 (v27).
 
-The product's configuration (launch.HELD_GROUP_*): 16384-column slices (2 chunks of 8192), a ring
-of 5 chunk slots of x and dy, 8 warps, one program an SM. It was chosen under v20's exchange
+The product's configuration when this ran (762450216ee4; since v28 launch.HELD_GROUP_BACKWARDS[1],
+and "product" below runs launch.HELD_GROUP_BACKWARDS[0]): 16384-column slices (2 chunks of
+8192), a ring of 5 chunk slots of x and dy, 8 warps, one program an SM. It was chosen under v20's exchange
 (`2026-11-30-1df86ba56326-backward-held-group-slices-ab.txt`: 2 programs an SM with 8192-column
 slices ran 0.95-1.04x, then held back by two dependent round trips to L2 a row, which v22 took
 out). More programs an SM keep more rows in flight (the grouped forward's lesson, v25: more
@@ -64,10 +65,20 @@ def _group_run(m, n, chunk, chunks, ring, warps, per_sm):
     device = torch.device("cuda", 0)
     group = launch.cdiv(n, chunk * chunks)
     groups, rows_per_group = launch._row_groups(m, group, device, per_sm)
-    meta = {"N": n, "GROUP": group, "GROUP_PADDED": launch.held_group_words(group, warps),
-            "CHUNK": chunk, "CHUNKS": chunks, "RING": ring, "WARPS": warps, "HAS_DH_OUT": False,
-            "SPIN_LIMIT": launch.HELD_GROUP_SPIN_LIMIT, "num_warps": warps,
-            "launch_cooperative_grid": True}  # fmt: skip
+    meta = {
+        "N": n,
+        "GROUP": group,
+        "GROUP_PADDED": launch.held_group_words(group, warps),
+        "CHUNK": chunk,
+        "CHUNKS": chunks,
+        "RING": ring,
+        "WARPS": warps,
+        "HAS_DH_OUT": False,
+        "SPIN_LIMIT": launch.HELD_GROUP_SPIN_LIMIT,
+        "num_warps": warps,
+        "launch_cooperative_grid": True,
+        **launch._register_cap(per_sm, warps),
+    }  # fmt: skip  (since v28; uncapped before)
 
     def run(a):
         dy, x, w, rstd, dx, dw = a

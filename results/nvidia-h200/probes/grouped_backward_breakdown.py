@@ -27,6 +27,9 @@ from grouped_fill_drain import _fit
 
 from impls.triton_rmsnorm import launch, tuning
 
+#: The configuration this probe measured (the only one before v28: 16384-column slices, 1 an SM).
+MEASURED = launch.HELD_GROUP_BACKWARDS[1]
+
 WIDTHS = {
     131072: [96, 192, 384, 768],
     262144: [48, 96, 192, 384],
@@ -36,7 +39,7 @@ WIDTHS = {
 
 def _whole(a):
     x, w, dy, rstd, dx, dw = a[:6]
-    launch._backward_held_group(dy, x, w, rstd, 0.0, dx, dx, False, dw)
+    launch._backward_held_group(dy, x, w, rstd, 0.0, dx, dx, False, dw, config=MEASURED)
 
 
 def _without_reduction(a):
@@ -72,9 +75,8 @@ def main(out_path: str) -> None:
             dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
             _, rstd, _ = launch.rmsnorm_forward(x, w, 1e-6)
             dx, dw = torch.empty_like(x), torch.empty_like(w)
-            group = launch.cdiv(n, launch.HELD_GROUP_SLICE)
-            per_sm = launch._held_group_backward_programs_per_sm(0)  # (since v28; 1 before)
-            groups, _ = launch._row_groups(m, group, device, per_sm)
+            group = launch.cdiv(n, MEASURED.slice_n)
+            groups, _ = launch._row_groups(m, group, device)
             partial = torch.randn(groups, n, device="cuda")
             sums = torch.empty(m * group, dtype=torch.int64, device="cuda")
             args = (x, w, dy, rstd, dx, dw, partial, sums)

@@ -33,6 +33,9 @@ from ab_timing import time_runs
 
 from impls.triton_rmsnorm import direct, gluon_kernels, launch, tuning
 
+#: The configuration this probe measured (the only one before v28: 16384-column slices, 1 an SM).
+MEASURED = launch.HELD_GROUP_BACKWARDS[1]
+
 BACKWARD_SHAPES = [(64, 1048576, torch.bfloat16), (64, 1048576, torch.float16),
                    (256, 262144, torch.bfloat16), (512, 131072, torch.bfloat16)]  # fmt: skip
 FORWARD_SHAPES = [(64, 1048576, torch.bfloat16), (512, 131072, torch.bfloat16)]
@@ -48,14 +51,13 @@ def _offsets() -> list[int]:
 
 def _backward_run(m, n, sums_at):
     """launch._backward_held_group with SUMS at sums_at(count) (a zeroed view of the pool)."""
-    group = launch.cdiv(n, launch.HELD_GROUP_SLICE)
-    per_sm = launch._held_group_backward_programs_per_sm(0)  # (since v28; 1 before)
-    groups, rows_per_group = launch._row_groups(m, group, torch.device("cuda", 0), per_sm)
-    config = {"GROUP": group, "GROUP_PADDED": launch.held_group_words(group, launch.HELD_GROUP_WARPS),
-              "CHUNK": launch.HELD_GROUP_CHUNK, "CHUNKS": launch.HELD_GROUP_CHUNKS,
-              "RING": launch.HELD_GROUP_RING, "WARPS": launch.HELD_GROUP_WARPS}  # fmt: skip
+    group = launch.cdiv(n, MEASURED.slice_n)
+    groups, rows_per_group = launch._row_groups(m, group, torch.device("cuda", 0))
+    config = {"GROUP": group, "GROUP_PADDED": launch.held_group_words(group, MEASURED.warps),
+              "CHUNK": MEASURED.chunk, "CHUNKS": MEASURED.chunks,
+              "RING": MEASURED.ring, "WARPS": MEASURED.warps}  # fmt: skip
     meta = {"N": n, **config, "HAS_DH_OUT": False, "SPIN_LIMIT": launch.HELD_GROUP_SPIN_LIMIT,
-            "num_warps": launch.HELD_GROUP_WARPS, "launch_cooperative_grid": True}  # fmt: skip
+            "num_warps": MEASURED.warps, "launch_cooperative_grid": True}  # fmt: skip
 
     def run(a):
         dy, x, w, rstd, dx, dw, partial = a
@@ -129,8 +131,7 @@ def main(out_path: str) -> None:
         dy = torch.randn(m, n, device="cuda", dtype=dtype)
         w = torch.randn(n, device="cuda", dtype=dtype)
         rstd = torch.rand(m, device="cuda") + 0.5
-        per_sm = launch._held_group_backward_programs_per_sm(0)
-        groups, _ = launch._row_groups(m, launch.cdiv(n, launch.HELD_GROUP_SLICE), x.device, per_sm)
+        groups, _ = launch._row_groups(m, launch.cdiv(n, MEASURED.slice_n), x.device)
         partial = torch.empty(groups, n, device="cuda")
         args = (dy, x, w, rstd, torch.empty_like(x), torch.empty_like(w), partial)
         arg_sets = tuning.rotating_arguments(args, l2)
