@@ -285,41 +285,83 @@ def test_launch_offers_the_group_past_the_held_row(monkeypatch):
 
 
 def test_device_part_of_the_group_decision(monkeypatch):
-    """Compute capability 9.0 or later, a program slot for every slice of a row: in the
-    8192-column configuration 2 an SM where the SM's shared memory holds two programs' 5 ring
-    slots and w's slice (99 KB each, as the H100's and H200's 228 KB do), else 1; and that much
-    shared memory a program. The 16384-column configuration (194 KB) takes one an SM."""
+    """Compute capability 9.0 or later, a program's shared memory (the 8192-column
+    configuration's 5 ring slots and w's slice, 100 KB: 2 an SM where the SM's shared memory
+    holds two, as the H100's and H200's 228 KB do, else 1; the 16384-column one's 196 KB: 1), and
+    no more slices in a row than SMs in either."""
     narrow, wide = launch.HELD_GROUP_BACKWARDS
     assert not launch._held_group_fits_device(torch.device("cpu"), GROUPED, narrow)
     cuda = torch.device("cuda", 0)
-    slices = narrow.slice_n
     monkeypatch.setattr(launch, "_sm_count", lambda index: 132)
-    for capability, per_block, per_sm, n, fits in [
-        ((9, 0), HOPPER_SHARED, 233472, GROUPED, True),
-        ((9, 0), HOPPER_SHARED, 233472, 264 * slices, True),
-        ((9, 0), HOPPER_SHARED, 233472, 264 * slices + 16, False),  # 265 slices
-        ((9, 0), HOPPER_SHARED, 166912, 132 * slices, True),  # one program an SM
-        ((9, 0), HOPPER_SHARED, 166912, 132 * slices + 16, False),
-        ((9, 0), 65536, 233472, GROUPED, False),  # a program's 99 KB does not fit
-        ((8, 0), HOPPER_SHARED, 233472, GROUPED, False),
+    for capability, per_block, per_sm, n, fits, programs in [
+        ((9, 0), HOPPER_SHARED, 233472, GROUPED, True, 2),
+        ((9, 0), HOPPER_SHARED, 233472, 132 * narrow.slice_n, True, 2),
+        ((9, 0), HOPPER_SHARED, 233472, 132 * narrow.slice_n + 16, False, 2),  # 133 slices
+        ((9, 0), HOPPER_SHARED, 166912, 132 * narrow.slice_n, True, 1),  # one program an SM
+        ((9, 0), 65536, 233472, GROUPED, False, 0),  # a program's 100 KB does not fit
+        ((8, 0), HOPPER_SHARED, 233472, GROUPED, False, 2),
     ]:
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index, c=capability: c)
         monkeypatch.setattr(launch, "_shared_bytes_per_block", lambda index, s=per_block: s)
         monkeypatch.setattr(launch, "_shared_bytes_per_sm", lambda index, s=per_sm: s)
+        launch._held_group_backward_programs_per_sm.cache_clear()
+        assert launch._held_group_backward_programs_per_sm(0, narrow) == programs
         assert launch._held_group_fits_device(cuda, n, narrow) is fits, (capability, per_block, n)
         if capability == (9, 0) and (per_block, per_sm) == (HOPPER_SHARED, 233472):
             assert launch._held_group_backward_programs_per_sm(0, wide) == 1
             assert launch._held_group_fits_device(cuda, 132 * wide.slice_n, wide)
             assert not launch._held_group_fits_device(cuda, 132 * wide.slice_n + 16, wide)
+    launch._held_group_backward_programs_per_sm.cache_clear()
 
 
 def test_two_programs_an_sm_cap_the_registers():
     """A configuration of 2 programs an SM launches with its registers capped at what lets both
-    stay resident (a cooperative launch fails otherwise: 137-183 registers were measured without
-    the cap at some widths); one an SM launches uncapped."""
+    stay resident (a cooperative launch fails otherwise: ptxas gave the 8192-column
+    configuration 140-183 registers uncapped with dh_out or at 262144 columns and more, and 128
+    with no spill capped, `probes/2026-11-30-0e25331f7a64-grouped-backward-registers.txt`),
+    rounded down to the allocation unit of 8 and within a thread's 255; one an SM uncapped."""
     assert launch._register_cap(2, 8) == {"maxnreg": 128}
     assert launch._register_cap(1, 8) == {}
     assert launch._register_cap(4, 4) == {"maxnreg": 128}
+    assert launch._register_cap(3, 4) == {"maxnreg": 168}  # 170, rounded down
+    assert launch._register_cap(2, 4) == {"maxnreg": 255}  # 256 is over a thread's limit
+
+
+@pytest.mark.parametrize("config_index", [0, 1])
+@pytest.mark.parametrize("m, n", [(300, GROUPED), (3, 2**20), (4096, WIDEST)])
+def test_the_grouped_launch_fits_its_programs_an_sm(monkeypatch, config_index, m, n):
+    """What the grouped backward launches, checked without a GPU (direct.launch recorded): a
+    cooperative grid of groups x programs a row within programs an SM x SMs, the registers of
+    that many programs an SM within an SM's, the groups' contiguous row chunks covering every
+    row once, and the exchange and partials as allocated."""
+    config = launch.HELD_GROUP_BACKWARDS[config_index]
+    sms = 132
+    monkeypatch.setattr(launch, "_sm_count", lambda index: sms)
+    monkeypatch.setattr(launch, "_programs_cap", lambda device: sms)
+    monkeypatch.setattr(launch, "_shared_bytes_per_block", lambda index: HOPPER_SHARED)
+    monkeypatch.setattr(launch, "_shared_bytes_per_sm", lambda index: 233472)
+    launch._held_group_backward_programs_per_sm.cache_clear()
+    launches, reduced = [], []
+    monkeypatch.setattr(launch.direct, "launch", lambda *a: launches.append(a))
+    monkeypatch.setattr(launch, "_reduce_partials", lambda partial, dw: reduced.append(partial))
+    x = torch.zeros(m, n, dtype=torch.bfloat16)
+    w = torch.zeros(n, dtype=torch.bfloat16)
+    rstd = torch.zeros(m)
+    launch._backward_held_group(x, x, w, rstd, 0.0, x, x, False, w, config=config)
+    launch._held_group_backward_programs_per_sm.cache_clear()
+    ((kernel, grid, args, meta, _),) = launches
+    group = launch.cdiv(n, config.slice_n)
+    assert (meta["GROUP"], meta["CHUNK"], meta["CHUNKS"]) == (group, config.chunk, config.chunks)
+    assert meta["launch_cooperative_grid"] and grid[0] % group == 0
+    assert grid[0] <= config.per_sm * sms
+    registers = meta.get("maxnreg", 255) * 32 * config.warps * config.per_sm
+    assert registers <= launch.REGISTERS_PER_SM
+    groups, rows_per_group = grid[0] // group, args[13]
+    assert (groups - 1) * rows_per_group < m <= groups * rows_per_group
+    assert reduced[0].shape == (groups, n) and args[7].shape == (m * group,)
+    assert launch.take_launch_configs()["rmsnorm_bwd_held_group_kernel"]["PROGRAMS_PER_SM"] == (
+        config.per_sm
+    )
 
 
 def test_held_group_words_are_whole_in_every_warp_or_one_a_thread():
@@ -378,7 +420,7 @@ needs_group_gpu = pytest.mark.skipif(
             for c in launch.HELD_GROUP_BACKWARDS
         )
     ),
-    reason="the grouped held-row backward needs a Hopper-class NVIDIA GPU with 99 KB of shared "
+    reason="the grouped held-row backward needs a Hopper-class NVIDIA GPU with 196 KB of shared "
     "memory a program and a Triton with Gluon",
 )
 
@@ -393,7 +435,7 @@ needs_group_gpu = pytest.mark.skipif(
         ((40, 36864), torch.bfloat16),  # 5 slices, the last half outside the row
         ((4, 32 * SLICE), torch.bfloat16),  # 32 words a row: the most in pairs
         ((2, 5, 2**20), torch.bfloat16),  # 128 programs a row, leading dims
-        ((2, 132 * SLICE), torch.bfloat16),  # 2 x 132 programs: every slot
+        ((2, 132 * SLICE), torch.bfloat16),  # 2 x 132 programs: every slot, the most a row
         ((1, GROUPED), torch.float16),  # one row
         ((50, WIDEST + 16), torch.bfloat16),  # the fifth slice holds 16 columns
         ((300, WIDEST), torch.bfloat16),  # 4 programs a row (the held row's width)
@@ -407,7 +449,8 @@ def test_held_group_backward_matches_the_oracle(monkeypatch, shape, dtype):
     inputs = make_inputs(shape, dtype, DEVICE)
     launch.take_launch_configs()
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
-    assert "rmsnorm_bwd_held_group_kernel" in launch.take_launch_configs()
+    launched = launch.take_launch_configs()["rmsnorm_bwd_held_group_kernel"]
+    assert (launched["CHUNK"], launched["PROGRAMS_PER_SM"], launched["maxnreg"]) == (4096, 2, 128)
 
 
 @needs_group_gpu

@@ -133,9 +133,11 @@ def _held_backward(name):
     """The held backward paths by name (launch builds them at import)."""
     from impls.triton_rmsnorm import launch
 
-    return {"held-row": launch._HELD_ROW_BACKWARDS[0], "held-group": launch._backward_held_group}[
-        name
-    ]
+    paths = {
+        "held-row": launch._HELD_ROW_BACKWARDS[0],
+        "held-group": launch._held_group_backward_path(launch.HELD_GROUP_BACKWARDS[0]),
+    }
+    return paths[name]
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="measures the CUDA caching allocator's peak")

@@ -297,7 +297,8 @@ def rmsnorm_bwd_held_group_kernel(
     WARPS: gl.constexpr,
     SPIN_LIMIT: gl.constexpr,  # a program's polls, all rows together (then it sums rows alone)
 ):  # fmt: skip
-    """RMSNorm backward of 16-bit rows too wide for one SM, x and dy read from HBM once: GROUP
+    """RMSNorm backward of 16-bit rows too wide for one SM (and, where the row fills its slices,
+    of 24576-32768 columns, beside the held row), x and dy read from HBM once: GROUP
     programs share each row, program `member` of its group owning columns [member * SLICE,
     (member + 1) * SLICE), SLICE = CHUNKS * CHUNK, and doing on its slice what
     rmsnorm_bwd_held_row_kernel does on a row (x and dy staged in a shared-memory ring, w's

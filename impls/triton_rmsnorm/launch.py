@@ -171,8 +171,11 @@ class HeldGroupBackward(NamedTuple):
 #: Under that exchange 8192-column slices at 2 an SM ran 1.015-1.033x (v28; 512x65536 to
 #: 256x262144 and 2048x32768, bf16, and 512x65536 fp16: ...-762450216ee4-backward-group-configs-
 #: ab.txt), where under v20's they had not; at 2 an SM the registers are capped at 128
-#: (REGISTERS_PER_SM over 2 x 8 warps), which ptxas meets without spilling at 65536-1048576
-#: columns, bf16 and fp16, with or without dh_out (Triton 3.6).
+#: (REGISTERS_PER_SM over 2 x 8 warps), which ptxas met without spilling at 24576-1048576
+#: columns, bf16 and fp16, with or without dh_out (Triton 3.6, `ptxas -v` offline:
+#: probes/2026-11-30-0e25331f7a64-grouped-backward-registers.txt, where uncapped it gave both
+#: configurations up to 183 registers). A row's programs are at most the SM count in either
+#: (_held_group_fits_device).
 HELD_GROUP_BACKWARDS = (
     HeldGroupBackward(chunk=4096, chunks=2, ring=5, per_sm=2, warps=8),
     HeldGroupBackward(chunk=8192, chunks=2, ring=5, per_sm=1, warps=8),
@@ -1078,10 +1081,11 @@ def _held_group_forward_programs_per_sm(device_index: int, config: HeldGroupForw
 
 
 def _shared_bytes_per_sm(device_index: int) -> int:
-    """An SM's shared memory on this device, shared by its resident programs (0 if torch does
-    not say)."""
+    """An SM's shared memory on this device, shared by its resident programs (if torch does not
+    say, what one program may ask for: room for one)."""
     props = torch.cuda.get_device_properties(device_index)
-    return int(getattr(props, "shared_memory_per_multiprocessor", 0) or 0)
+    per_sm = int(getattr(props, "shared_memory_per_multiprocessor", 0) or 0)
+    return per_sm or _shared_bytes_per_block(device_index)
 
 
 def _forward_held_group(
@@ -1150,8 +1154,8 @@ def rmsnorm_backward(
     added to dx, which is then also the residual's gradient.
 
     Allocates dx, dw, the [programs, N] fp32 partials (programs <= SM count) and, for wide rows,
-    one fp32 per row (and per 16384-wide chunk when rows are split; one int64 per 16384-wide
-    slice instead when a group of programs holds each row); nothing else. dw is the
+    one fp32 per row (and per 16384-wide chunk when rows are split; one int64 per 8192- or
+    16384-wide slice instead when a group of programs holds each row); nothing else. dw is the
     partials' fp32 sum in a fixed order, rounded once.
     """
     offset = float(offset)
@@ -1408,8 +1412,11 @@ def held_group_backwards(x, dy, weight, dh_out) -> tuple[HeldGroupBackward, ...]
     (_held_backward_can_stage), on a device where the configuration fits
     (_held_group_fits_device). At the held row's widths, with 16384-column slices (v27), it ran
     1.04x the held row at 2048x32768, 1.07-1.13x at 512-1024 rows and tied at 4096-8192; with
-    a part-filled last slice (16400-24576 columns) 0.64-0.88x, so none is offered there
-    (`probes/2026-11-30-014678a37819-backward-group-at-held-row-widths-ab.txt`)."""
+    a part-filled last slice (16400-24576 columns) 0.64-0.88x, so no configuration is offered
+    where its last slice would be part-filled
+    (`probes/2026-11-30-014678a37819-backward-group-at-held-row-widths-ab.txt`); in 8192-column
+    slices (v28) 1.08x at 2048x32768, 1.21x at 512x32768, 1.03x at 4096x24576 and 0.99x at
+    2048x24576 (`...-db5abee84ea2-backward-group-at-held-row-widths-ab.txt`)."""
     n = x.shape[1]
     if n <= BACKWARD_SINGLE_TILE_MAX_N or not _held_backward_can_stage(x, dy, weight, dh_out):
         return ()
@@ -1471,15 +1478,16 @@ def held_backward_ring_slots(n: int, shared_bytes: int) -> int:
 
 
 def _held_group_fits_device(device: torch.device, n: int, config: HeldGroupBackward) -> bool:
-    """A Hopper-class device (_hopper_class; every such device launches cooperatively) with a
-    program slot for each of a row's slices in the configuration
-    (_held_group_backward_programs_per_sm an SM; none where a program's shared memory does not
-    fit)."""
+    """A Hopper-class device (_hopper_class; every such device launches cooperatively) that
+    gives a program of the configuration its shared memory (_held_group_backward_programs_per_sm
+    at least 1), with no more slices in a row than SMs: a row's exchanged words then stay at one
+    a thread or fewer (held_group_words), as in every case the GPU tests ran, and the groups
+    always have the program slots (per_sm x SMs) for a row each."""
     if not _hopper_class(device):
         return False
     index = device.index or 0
-    slots = _held_group_backward_programs_per_sm(index, config) * _sm_count(index)
-    return cdiv(n, config.slice_n) <= slots
+    fits_program = _held_group_backward_programs_per_sm(index, config) > 0
+    return fits_program and cdiv(n, config.slice_n) <= _sm_count(index)
 
 
 def _held_group_backward_shared_bytes(config: HeldGroupBackward) -> int:
@@ -1488,6 +1496,7 @@ def _held_group_backward_shared_bytes(config: HeldGroupBackward) -> int:
     return (config.ring * 4 + config.chunks * 2) * config.chunk + HELD_ROW_SCRATCH_BYTES
 
 
+@functools.cache
 def _held_group_backward_programs_per_sm(device_index: int, config: HeldGroupBackward) -> int:
     """config.per_sm, or as many fewer as the SM's shared memory holds (0 if a program's does
     not fit in what a program may ask for)."""
@@ -1498,12 +1507,13 @@ def _held_group_backward_programs_per_sm(device_index: int, config: HeldGroupBac
 
 
 def _backward_held_group(
-    dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw, *, config=HELD_GROUP_BACKWARDS[0]
+    dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw, *, config: HeldGroupBackward
 ) -> None:
     """Rows shared by a group of programs (held_group_backwards says when), in configuration
     `config`: as many groups as fit _held_group_backward_programs_per_sm programs an SM (the
-    registers capped so that they do), each walking a contiguous chunk of rows. Allocates, beside the partials, one int64 per (row, slice) (the exchange):
-    dx's bytes / 4096 for 16-bit rows."""
+    registers capped so that they do), each walking a contiguous chunk of rows. Allocates,
+    beside the partials, one int64 per (row, slice) (the exchange): dx's bytes / 2048 for
+    16-bit rows in 8192-column slices, / 4096 in 16384-column ones."""
     m, n = x.shape
     group = cdiv(n, config.slice_n)
     per_sm = _held_group_backward_programs_per_sm(x.device.index or 0, config)
@@ -1523,16 +1533,20 @@ def _backward_held_group(
                   x.get_device())  # fmt: skip
     _LAUNCHED["rmsnorm_bwd_held_group_kernel"] = {
         **constexprs, "PROGRAMS_PER_SM": per_sm, "num_warps": config.warps,
+        **_register_cap(per_sm, config.warps),
     }  # fmt: skip
     _reduce_partials(dw_partial, dw)
 
 
 def _register_cap(programs_per_sm: int, warps: int) -> dict:
     """The launch option that lets programs_per_sm programs of `warps` warps share an SM's
-    registers (a cooperative launch fails if fewer fit): none for one program."""
+    registers (a cooperative launch fails if fewer fit): a thread's share of REGISTERS_PER_SM,
+    rounded down to the hardware's allocation unit of 8 and at most 255 (a thread's limit);
+    none for one program."""
     if programs_per_sm <= 1:
         return {}
-    return {"maxnreg": REGISTERS_PER_SM // (programs_per_sm * warps * 32)}
+    share = REGISTERS_PER_SM // (programs_per_sm * warps * 32)
+    return {"maxnreg": min(255, share // 8 * 8)}
 
 
 @functools.cache

@@ -15,7 +15,10 @@ Variants, the product's own paths (each with its dw reduction), device-only, the
 (ab_timing.time_runs: a CUDA graph over rotating inputs, best of two interleaved passes):
 - "wide": launch._backward_wide (two steps, x and dy read twice);
 - "held 16" / "held 32": launch._HELD_ROW_BACKWARDS (what the first call measures today);
-- "group": launch._backward_held_group (GROUP = cdiv(N, 16384) = 2 here).
+- "group": launch._backward_held_group in 16384-column slices (GROUP = 2 here; the product's only
+  configuration at 014678a37819, where this first ran); since v28 also "group 8192", its
+  8192-column configuration (launch.HELD_GROUP_BACKWARDS), which db5abee84ea2's run timed as
+  "group" (that tree's only configuration).
 Each variant's dx and dw are compared with an fp64 reference from the same x, dy, w and rstd
 (largest error in ulps of the output's dtype at the reference's magnitude).
 
@@ -51,7 +54,8 @@ def _paths() -> dict:
         "wide": launch._backward_wide,
         "held 16": launch._HELD_ROW_BACKWARDS[0],
         "held 32": launch._HELD_ROW_BACKWARDS[1],
-        "group": launch._backward_held_group,
+        "group": launch._held_group_backward_path(launch.HELD_GROUP_BACKWARDS[1]),
+        "group 8192": launch._held_group_backward_path(launch.HELD_GROUP_BACKWARDS[0]),
     }
 
 

@@ -95,7 +95,8 @@ def _group_run(m, n, chunk, chunks, ring, warps, per_sm):
 
 def _product_run(a):
     dy, x, w, rstd, dx, dw = a
-    launch._backward_held_group(dy, x, w, rstd, 0.0, dx, dy, False, dw)
+    config = launch.HELD_GROUP_BACKWARDS[0]  # (since v28; 762450216ee4 had only the other)
+    launch._backward_held_group(dy, x, w, rstd, 0.0, dx, dy, False, dw, config=config)
 
 
 def _ulps(a, ref, dtype):

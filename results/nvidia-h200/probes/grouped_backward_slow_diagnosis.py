@@ -134,13 +134,15 @@ def _at_exit() -> None:
 def _diagnosing(fastest):
     def wrapped(candidates, run, args, **options):
         chosen = fastest(candidates, run, args, **options)
-        grouped = [c for c in candidates  # paths (functions), not kernel configurations
-                   if callable(c) and launch._path_name(c) == "_backward_held_group"]  # fmt: skip
-        if grouped and args[1].shape[1] == WIDTH:
-            try:
-                _diagnose(grouped[0], args)
-            except Exception as error:  # the probe's own failure: report it, let the run go on
-                print(f"    diagnosis failed: {type(error).__name__}: {error}", flush=True)
+        grouped = [c for c in candidates  # paths (partials since v28), not kernel configurations
+                   if getattr(c, "func", None) is launch._backward_held_group]  # fmt: skip
+        if args[1].shape[1] == WIDTH:
+            for path in grouped:  # each configuration of the grouped backward (two since v28)
+                print(f"    configuration {path.keywords['config']}", flush=True)
+                try:
+                    _diagnose(path, args)
+                except Exception as error:  # the probe's own failure: report it, go on
+                    print(f"    diagnosis failed: {type(error).__name__}: {error}", flush=True)
         return chosen
 
     return wrapped

@@ -55,7 +55,8 @@ def _with(module, call):
 
 def _backward(a):
     x, w, dy, rstd, dx, dw = a
-    launch._backward_held_group(dy, x, w, rstd, 0.0, dx, dx, False, dw)
+    config = launch.HELD_GROUP_BACKWARDS[1]  # the one it measured (the only one, before v28)
+    launch._backward_held_group(dy, x, w, rstd, 0.0, dx, dx, False, dw, config=config)
 
 
 def _forward(config):

@@ -104,7 +104,8 @@ def _backward(module):
         kept = launch.gluon_kernels
         launch.gluon_kernels = module
         try:
-            launch._backward_held_group(dy, x, w, rstd, 0.0, dx, dx, False, dw)
+            config = launch.HELD_GROUP_BACKWARDS[1]  # the one it measured (before v28)
+            launch._backward_held_group(dy, x, w, rstd, 0.0, dx, dx, False, dw, config=config)
         finally:
             launch.gluon_kernels = kept
 

@@ -42,7 +42,8 @@ def _with_start(path, start):
 
 def _backward(a):
     dy, x, w, rstd, dx, dw, y = a
-    launch._backward_held_group(dy, x, w, rstd, 0.0, dx, dy, False, dw)
+    config = launch.HELD_GROUP_BACKWARDS[1]  # the one it measured (the only one, before v28)
+    launch._backward_held_group(dy, x, w, rstd, 0.0, dx, dy, False, dw, config=config)
 
 
 def _forward(a):
