@@ -1076,8 +1076,15 @@ def _held_group_forward_shared_bytes(config: HeldGroupForward) -> int:
 def _held_group_forward_programs_per_sm(device_index: int, config: HeldGroupForward) -> int:
     """config.per_sm, or as many fewer as the SM's shared memory holds (on the H100 and H200,
     228 KB an SM, all that HELD_GROUP_FORWARDS asks)."""
-    per_program = _held_group_forward_shared_bytes(config) + SHARED_BYTES_RESERVED_PER_PROGRAM
-    return min(config.per_sm, _shared_bytes_per_sm(device_index) // per_program)
+    return _programs_sm_shared_holds(device_index, _held_group_forward_shared_bytes(config),
+                                     config.per_sm)  # fmt: skip
+
+
+def _programs_sm_shared_holds(device_index: int, program_bytes: int, wanted: int) -> int:
+    """wanted, or as many fewer programs asking program_bytes of shared memory each as an SM's
+    shared memory holds (each with SHARED_BYTES_RESERVED_PER_PROGRAM beside)."""
+    per_program = program_bytes + SHARED_BYTES_RESERVED_PER_PROGRAM
+    return min(wanted, _shared_bytes_per_sm(device_index) // per_program)
 
 
 def _shared_bytes_per_sm(device_index: int) -> int:
@@ -1500,10 +1507,10 @@ def _held_group_backward_shared_bytes(config: HeldGroupBackward) -> int:
 def _held_group_backward_programs_per_sm(device_index: int, config: HeldGroupBackward) -> int:
     """config.per_sm, or as many fewer as the SM's shared memory holds (0 if a program's does
     not fit in what a program may ask for)."""
-    if _shared_bytes_per_block(device_index) < _held_group_backward_shared_bytes(config):
+    program_bytes = _held_group_backward_shared_bytes(config)
+    if _shared_bytes_per_block(device_index) < program_bytes:
         return 0
-    per_program = _held_group_backward_shared_bytes(config) + SHARED_BYTES_RESERVED_PER_PROGRAM
-    return min(config.per_sm, _shared_bytes_per_sm(device_index) // per_program)
+    return _programs_sm_shared_holds(device_index, program_bytes, config.per_sm)
 
 
 def _backward_held_group(
@@ -1523,17 +1530,16 @@ def _backward_held_group(
     constexprs = {"GROUP": group, "GROUP_PADDED": held_group_words(group, config.warps),
                   "CHUNK": config.chunk, "CHUNKS": config.chunks, "RING": config.ring,
                   "WARPS": config.warps}  # fmt: skip
+    cap = _register_cap(per_sm, config.warps)
     meta = {"N": n, **constexprs, "HAS_DH_OUT": has_dh_out, "SPIN_LIMIT": HELD_GROUP_SPIN_LIMIT,
-            "num_warps": config.warps, "launch_cooperative_grid": True,
-            **_register_cap(per_sm, config.warps)}  # fmt: skip
+            "num_warps": config.warps, "launch_cooperative_grid": True, **cap}  # fmt: skip
     args = (x, weight, dy, rstd, dx, dw_partial, dh_arg, sums, x.stride(0), dy.stride(0),
             dx.stride(0), dh_arg.stride(0), m, rows_per_group, offset,
             HELD_GROUP_TAG_OFFSET)  # fmt: skip
     direct.launch(gluon_kernels.rmsnorm_bwd_held_group_kernel, (groups * group,), args, meta,
                   x.get_device())  # fmt: skip
     _LAUNCHED["rmsnorm_bwd_held_group_kernel"] = {
-        **constexprs, "PROGRAMS_PER_SM": per_sm, "num_warps": config.warps,
-        **_register_cap(per_sm, config.warps),
+        **constexprs, "PROGRAMS_PER_SM": per_sm, "num_warps": config.warps, **cap,
     }  # fmt: skip
     _reduce_partials(dw_partial, dw)
 
