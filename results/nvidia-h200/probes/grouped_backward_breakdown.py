@@ -15,7 +15,7 @@ row waits for its whole ring, 5 chunks of x and dy an SM, and its last row's dx 
 partials' store run with nothing behind them).
 
 Run from the repository root on an sm_90 GPU:
-    PYTHONPATH=.:results/nvidia-h200/probes python results/nvidia-h200/probes/grouped_backward_breakdown.py out.json
+    PYTHONPATH=.:results/nvidia-h200/probes python results/nvidia-h200/probes/grouped_backward_breakdown.py out.json [config index]
 """
 
 import json
@@ -27,8 +27,10 @@ from grouped_fill_drain import _fit
 
 from impls.triton_rmsnorm import launch, tuning
 
-#: The configuration this probe measured (the only one before v28: 16384-column slices, 1 an SM).
-MEASURED = launch.HELD_GROUP_BACKWARDS[1]
+#: The configuration this probe measured (the only one before v28: 16384-column slices, 1 an SM);
+#: a second argument picks another of launch.HELD_GROUP_BACKWARDS by index (0: v28's 8192-column
+#: slices at 2 an SM, measured in the eighteenth session).
+MEASURED = launch.HELD_GROUP_BACKWARDS[int(sys.argv[2]) if len(sys.argv) > 2 else 1]
 
 WIDTHS = {
     131072: [96, 192, 384, 768],
@@ -76,7 +78,8 @@ def main(out_path: str) -> None:
             _, rstd, _ = launch.rmsnorm_forward(x, w, 1e-6)
             dx, dw = torch.empty_like(x), torch.empty_like(w)
             group = launch.cdiv(n, MEASURED.slice_n)
-            groups, _ = launch._row_groups(m, group, device)
+            per_sm = launch._held_group_backward_programs_per_sm(0, MEASURED)
+            groups, _ = launch._row_groups(m, group, device, per_sm)
             partial = torch.randn(groups, n, device="cuda")
             sums = torch.empty(m * group, dtype=torch.int64, device="cuda")
             args = (x, w, dy, rstd, dx, dw, partial, sums)
