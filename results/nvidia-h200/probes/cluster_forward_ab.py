@@ -8,7 +8,8 @@ tuner-timing.txt`). Gluon in Triton 3.6 has no cluster API and does not lower a 
 a cluster's CTAs, but it launches clusters (num_ctas=8: grid = M clusters of 8 CTAs, program_id =
 the cluster's id), and layouts can split a [8, N/8] view of the row over the CTAs. The cross-CTA
 step is inline PTX, in three modes (the kernel was written and compile-checked offline on Triton
-3.6 by a helper, /work/notes/cluster-research.md; not run before this probe):
+3.6 by a helper, whose findings and sources docs/perf-log.md's eighteenth session gives; not
+run before this probe):
   MODE 0: mbarrier + st.async of each CTA's partial into every peer's slot (QuACK's scheme);
   MODE 1: st.shared::cluster into every peer, then a release/acquire cluster barrier;
   MODE 2: the partials through global memory and one release/acquire cluster barrier.

@@ -9,7 +9,9 @@ fresh process, `2026-11-30-aca54a9df4b3-harness-vs-tuner-timing.txt`). Here the 
 under SPREAD (Triton's), DEFAULT and LOAD_BALANCING: driver.make_launcher is wrapped so that
 the launcher source names the policy asked for, and each policy gets a compiled kernel of its
 own (num_stages 3, 1 and 2, which a Gluon kernel does not use: the binaries are the same, the
-launchers differ; each launcher is made at its kernel's first launch). Outputs compared with
+launchers differ; each launcher is made at its kernel's first launch: one launcher a compiled
+kernel, which the probe asserts are three; that their launchers' sources differ is by
+construction, not asserted). Outputs compared with
 SPREAD's bit for bit; timed as the staged probe times (device-only, the tuner's timer, best of
 two interleaved passes).
 

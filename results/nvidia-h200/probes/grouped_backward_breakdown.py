@@ -15,7 +15,7 @@ row waits for its whole ring, 5 chunks of x and dy an SM, and its last row's dx 
 partials' store run with nothing behind them).
 
 Run from the repository root on an sm_90 GPU:
-    PYTHONPATH=.:results/nvidia-h200/probes python results/nvidia-h200/probes/grouped_backward_breakdown.py out.json [config index]
+    PYTHONPATH=.:results/nvidia-h200/probes python results/nvidia-h200/probes/grouped_backward_breakdown.py out.json [config index [own-sets]]
 """
 
 import json
@@ -31,6 +31,11 @@ from impls.triton_rmsnorm import launch, tuning
 #: a second argument picks another of launch.HELD_GROUP_BACKWARDS by index (0: v28's 8192-column
 #: slices at 2 an SM, measured in the eighteenth session).
 MEASURED = launch.HELD_GROUP_BACKWARDS[int(sys.argv[2]) if len(sys.argv) > 2 else 1]
+#: A third argument "own-sets" times the reduction and the zeroing alone on rotating sets of their
+#: own small tensors (up to the tuner's set count), not on the whole call's 1-3 sets, where the
+#: graph's replay overhead a node dominates such small kernels (the eighteenth session's review:
+#: the zeroing read 1.5 -> 6.2 µs over M that way, against a flat 1.0-1.1 µs timed on its own).
+OWN_SETS = sys.argv[3:] == ["own-sets"]
 
 WIDTHS = {
     131072: [96, 192, 384, 768],
@@ -85,7 +90,18 @@ def main(out_path: str) -> None:
             args = (x, w, dy, rstd, dx, dw, partial, sums)
             arg_sets = tuning.rotating_arguments(args, l2)
             stream.wait_stream(torch.cuda.current_stream())
-            times = time_runs(runs, arg_sets, stream)
+            if OWN_SETS:
+                times = time_runs({k: runs[k] for k in ("whole", "without reduction")}, arg_sets,
+                                  stream)  # fmt: skip
+                alone = {"reduction alone": (lambda a: launch._reduce_partials(a[0], a[1]),
+                                             (partial, dw)),
+                         "zeroing alone": (lambda a: a[0].zero_(), (sums,))}  # fmt: skip
+                for name, (run, small) in alone.items():
+                    small_sets = tuning.rotating_arguments(small, l2)
+                    stream.wait_stream(torch.cuda.current_stream())
+                    times[name] = time_runs({name: run}, small_sets, stream)[name]
+            else:
+                times = time_runs(runs, arg_sets, stream)
             for name, us in times.items():
                 series[name].append(us)
             line = "  ".join(f"{k} {v:6.1f}" for k, v in times.items())

@@ -11,7 +11,8 @@ node in a CUDA graph may cost launch time of its own.
 Here the product's forward and backward (launch.rmsnorm_forward / rmsnorm_backward, their
 measured paths) at fixed N over M, each with the grouped kernels launched as the product does
 and with launch_cooperative_grid taken out of their launch options (direct.launch wrapped),
-device-only (the tuner's timer, best of two interleaved passes), and a least-squares line
+device-only (the tuner's timer, best of two passes; each of the four timed in passes of its own,
+not interleaved with the others), and a least-squares line
 t(M) = a + b M for each. Outputs compared between the two launches (elements that differ):
 the sums and their order are the same, so they must match bit for bit.
 

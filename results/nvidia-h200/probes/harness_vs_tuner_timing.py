@@ -1,7 +1,7 @@
 """Probe: the same forward timed by the harness and by the tuner's timer, in one process.
 
-At 1024x131072 the harness has timed our grouped forward at 153-155 µs (runs 7, 11 and
-aca54a9df4b3's fp16 run: 0.95 of QuACK), where the probes' timer (tuning._median_ms, the
+At 1024x131072 the harness has timed our grouped forward at 153-155 µs (9927c90256ad's run and
+runs 9 and 10 of the page, 0e25331f7a64 and aca54a9df4b3: 0.95 of QuACK), where the probes' timer (tuning._median_ms, the
 launcher called directly) puts the same kernel configuration at 142-143 µs
 (`2026-11-30-aca54a9df4b3-held-group-forward-first-row-early-ab.txt`, `-grouped-fill-drain.txt`).
 At 512x131072, 256x262144 and 64x1048576 the two agree within 1%. Both capture one call a set in
