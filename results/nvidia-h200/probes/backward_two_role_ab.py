@@ -50,6 +50,56 @@ COLUMN_CONFIGS = [(16, 128, 1, True), (16, 128, 3, True), (64, 64, 3, True), (32
 
 
 @triton.jit
+def _dx_rows(
+    X, W, DY, RSTD, DX, stride_x_row, stride_dy_row, stride_dx_row, M, N, rows_per_program,
+    row_program, offset, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP_STAGES: tl.constexpr,
+):  # fmt: skip
+    """dx for a contiguous chunk of rows (rmsnorm_bwd_kernel without the dw accumulator)."""
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
+    row_start = row_program.to(tl.int64) * rows_per_program
+    row_end = tl.minimum(row_start + rows_per_program, M)
+    for block_start in tl.range(row_start, row_end, BLOCK_M, num_stages=LOOP_STAGES):
+        rows = block_start + tl.arange(0, BLOCK_M)
+        row_mask = rows < row_end
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
+        dy = tl.load(DY + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0)
+        rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+        x_hat = x.to(tl.float32) * rstd[:, None]
+        g = w[None, :] * dy.to(tl.float32)
+        mean_gx = tl.sum(g * x_hat, axis=1) / N
+        dx = (g - x_hat * mean_gx[:, None]) * rstd[:, None]
+        tl.store(
+            DX + rows[:, None] * stride_dx_row + cols[None, :],
+            dx.to(DX.dtype.element_ty),
+            mask=mask,
+        )
+
+
+@triton.jit
+def _dw_columns(
+    X, DY, RSTD, DW, stride_x_row, stride_dy_row, M, N, column,
+    COL_BLOCK: tl.constexpr, COL_ROWS: tl.constexpr, COL_STAGES: tl.constexpr,
+):  # fmt: skip
+    """dw for COL_BLOCK columns, over every row, in fp32 and a fixed order, rounded once."""
+    cols = column * COL_BLOCK + tl.arange(0, COL_BLOCK)
+    col_mask = cols < N
+    acc = tl.zeros([COL_ROWS, COL_BLOCK], dtype=tl.float32)
+    for start in tl.range(0, M, COL_ROWS, num_stages=COL_STAGES):
+        rows = start + tl.arange(0, COL_ROWS)
+        row_mask = rows < M
+        mask = row_mask[:, None] & col_mask[None, :]
+        r64 = rows[:, None].to(tl.int64)
+        x = tl.load(X + r64 * stride_x_row + cols[None, :], mask=mask, other=0.0)
+        dy = tl.load(DY + r64 * stride_dy_row + cols[None, :], mask=mask, other=0.0)
+        rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+        acc += dy.to(tl.float32) * (x.to(tl.float32) * rstd[:, None])
+    tl.store(DW + cols, tl.sum(acc, axis=0).to(DW.dtype.element_ty), mask=col_mask)
+
+
+@triton.jit
 def rmsnorm_bwd_two_role_kernel(
     X, W, DY, RSTD, DX, DW,
     stride_x_row, stride_dy_row, stride_dx_row, M, N, rows_per_program, row_programs,
@@ -60,47 +110,19 @@ def rmsnorm_bwd_two_role_kernel(
 ):  # fmt: skip
     pid = tl.program_id(0)
     if COLUMNS_FIRST:
+        is_column = pid < column_programs
         column = pid
         row_program = pid - column_programs
     else:
+        is_column = pid >= row_programs
         column = pid - row_programs
         row_program = pid
-    if (row_program >= 0) & (row_program < row_programs):  # dx for a chunk of rows
-        cols = tl.arange(0, BLOCK_N)
-        col_mask = cols < N
-        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
-        row_start = row_program.to(tl.int64) * rows_per_program
-        row_end = tl.minimum(row_start + rows_per_program, M)
-        for block_start in tl.range(row_start, row_end, BLOCK_M, num_stages=LOOP_STAGES):
-            rows = block_start + tl.arange(0, BLOCK_M)
-            row_mask = rows < row_end
-            mask = row_mask[:, None] & col_mask[None, :]
-            x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
-            dy = tl.load(DY + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0)
-            rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
-            x_hat = x.to(tl.float32) * rstd[:, None]
-            g = w[None, :] * dy.to(tl.float32)
-            mean_gx = tl.sum(g * x_hat, axis=1) / N
-            dx = (g - x_hat * mean_gx[:, None]) * rstd[:, None]
-            tl.store(
-                DX + rows[:, None] * stride_dx_row + cols[None, :],
-                dx.to(DX.dtype.element_ty),
-                mask=mask,
-            )
-    else:  # dw for COL_BLOCK columns, over every row
-        cols = column * COL_BLOCK + tl.arange(0, COL_BLOCK)
-        col_mask = cols < N
-        acc = tl.zeros([COL_ROWS, COL_BLOCK], dtype=tl.float32)
-        for start in tl.range(0, M, COL_ROWS, num_stages=COL_STAGES):
-            rows = start + tl.arange(0, COL_ROWS)
-            row_mask = rows < M
-            mask = row_mask[:, None] & col_mask[None, :]
-            r64 = rows[:, None].to(tl.int64)
-            x = tl.load(X + r64 * stride_x_row + cols[None, :], mask=mask, other=0.0)
-            dy = tl.load(DY + r64 * stride_dy_row + cols[None, :], mask=mask, other=0.0)
-            rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
-            acc += dy.to(tl.float32) * (x.to(tl.float32) * rstd[:, None])
-        tl.store(DW + cols, tl.sum(acc, axis=0).to(DW.dtype.element_ty), mask=col_mask)
+    if is_column:
+        _dw_columns(X, DY, RSTD, DW, stride_x_row, stride_dy_row, M, N, column,
+                    COL_BLOCK, COL_ROWS, COL_STAGES)  # fmt: skip
+    else:
+        _dx_rows(X, W, DY, RSTD, DX, stride_x_row, stride_dy_row, stride_dx_row, M, N,
+                 rows_per_program, row_program, offset, BLOCK_M, BLOCK_N, LOOP_STAGES)  # fmt: skip
 
 
 def _two_role_run(row_config: dict, programs: int, rows_per_program: int, column_config):
