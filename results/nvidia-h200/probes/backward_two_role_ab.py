@@ -43,10 +43,20 @@ from impls.triton_rmsnorm import launch, tuning
 
 SHAPES = [(512, 2048), (1024, 2048), (2048, 2048), (4096, 2048), (512, 4096), (1024, 4096),
           (2048, 4096), (512, 8192), (1024, 8192), (2048, 8192), (4096, 8192)]  # fmt: skip
+if len(sys.argv) > 2:  # a second run: the shapes where one launch can win
+    SHAPES = [(512, 2048), (1024, 2048), (2048, 2048), (512, 4096), (1024, 4096), (512, 8192),
+              (1024, 8192)]  # fmt: skip
 
 #: (COL_BLOCK, COL_ROWS, COL_STAGES, COLUMNS_FIRST) tried beside the product's row config.
 COLUMN_CONFIGS = [(16, 128, 1, True), (16, 128, 3, True), (64, 64, 3, True), (32, 128, 3, True),
                   (16, 128, 3, False), (64, 64, 3, False)]  # fmt: skip
+#: The second run (`... out.json 2`): without partials the row programs need no cap, so also
+#: 2x and 4x the product's row programs (fewer rows each), and narrower or deeper column steps.
+ROW_FACTORS = (1,)
+if len(sys.argv) > 2:
+    COLUMN_CONFIGS = [(16, 128, 3, False), (32, 128, 3, True), (64, 64, 3, False),
+                      (8, 256, 3, False), (16, 256, 4, False), (32, 128, 4, False)]  # fmt: skip
+    ROW_FACTORS = (1, 2, 4)
 
 
 @triton.jit
@@ -179,16 +189,18 @@ def main(out_path: str) -> None:
             )
         }  # fmt: skip
         checks = {}
-        for cc in COLUMN_CONFIGS:
-            run = _two_role_run(config, programs, rows_per_program, cc)
+        for factor, cc in [(f, cc) for f in ROW_FACTORS for cc in COLUMN_CONFIGS]:
+            per_program = launch.cdiv(m, min(m, programs * factor))
+            run = _two_role_run(config, launch.cdiv(m, per_program), per_program, cc)
             dx, dw = torch.full_like(x, float("nan")), torch.full_like(w, float("nan"))
             run((dy, x, w, rstd, dx, dw))
             err = _errors(dx, dw, x, dy, w, rstd)
             ok = err[0] <= product_err[0] + 1 and err[1] <= product_err[1] + 1
-            checks[str(cc)] = {"dx_ulps": err[0], "dw_ulps": err[1], "ok": ok,
+            name = str(cc) if factor == 1 else f"{cc} rows x{factor}"
+            checks[name] = {"dx_ulps": err[0], "dw_ulps": err[1], "ok": ok,
                                "dx_equal_product": bool(torch.equal(dx, dx_p))}  # fmt: skip
             if ok:
-                runs[f"two-role {cc}"] = run
+                runs[f"two-role {name}"] = run
         dx, dw = torch.empty_like(x), torch.empty_like(w)
         arg_sets = tuning.rotating_arguments((dy, x, w, rstd, dx, dw), l2)
         stream.wait_stream(torch.cuda.current_stream())
