@@ -202,37 +202,107 @@ def rmsnorm_bwd_kernel(
     row_end = tl.minimum(row_start + rows_per_program, M)
     for block_start in tl.range(row_start, row_end, BLOCK_M, num_stages=LOOP_STAGES):
         rows = block_start + tl.arange(0, BLOCK_M)
-        row_mask = rows < row_end
-        mask = row_mask[:, None] & col_mask[None, :]
-        x_loaded = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
-        dy_loaded = tl.load(
-            DY + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0
-        )
-        dy = dy_loaded.to(tl.float32)
-        rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
-
-        x_hat = x_loaded.to(tl.float32) * rstd[:, None]
-        g = w[None, :] * dy
-        mean_gx = tl.sum(g * x_hat, axis=1) / N
-        if HOLD_STORAGE_FORM:  # second pass: from the values as loaded, upcast again
-            x_hat = _upcast_opaque(x_loaded) * rstd[:, None]
-            dy = _upcast_opaque(dy_loaded)
-            g = w[None, :] * dy
-        dx = (g - x_hat * mean_gx[:, None]) * rstd[:, None]
-        if HAS_DH_OUT:
-            dh = tl.load(
-                DH_OUT + rows[:, None] * stride_dh_row + cols[None, :], mask=mask, other=0.0
-            )
-            dx += dh.to(tl.float32)
-        tl.store(
-            DX + rows[:, None] * stride_dx_row + cols[None, :],
-            dx.to(DX.dtype.element_ty),
-            mask=mask,
-        )
-
+        dy, x_hat = _bwd_rows_dx(
+            X, DY, RSTD, DX, DH_OUT, w, rows, rows < row_end, cols, col_mask,
+            stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, N,
+            HAS_DH_OUT, HOLD_STORAGE_FORM,
+        )  # fmt: skip
         dw_acc += dy * x_hat
 
     tl.store(DW_PARTIAL + pid.to(tl.int64) * N + cols, tl.sum(dw_acc, axis=0), mask=col_mask)
+
+
+@triton.jit
+def _bwd_rows_dx(
+    X, DY, RSTD, DX, DH_OUT, w, rows, row_mask, cols, col_mask,
+    stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, N,
+    HAS_DH_OUT: tl.constexpr, HOLD_STORAGE_FORM: tl.constexpr,
+):  # fmt: skip
+    """dx of a [BLOCK_M, BLOCK_N] tile of rows (w: offset + w in fp32); returns dy and x_hat in
+    fp32, the factors of the tile's dw contribution (a caller that does not use them costs
+    nothing: the compiler drops what is not used)."""
+    mask = row_mask[:, None] & col_mask[None, :]
+    x_loaded = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
+    dy_loaded = tl.load(DY + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0)
+    dy = dy_loaded.to(tl.float32)
+    rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+
+    x_hat = x_loaded.to(tl.float32) * rstd[:, None]
+    g = w[None, :] * dy
+    mean_gx = tl.sum(g * x_hat, axis=1) / N
+    if HOLD_STORAGE_FORM:  # second pass: from the values as loaded, upcast again
+        x_hat = _upcast_opaque(x_loaded) * rstd[:, None]
+        dy = _upcast_opaque(dy_loaded)
+        g = w[None, :] * dy
+    dx = (g - x_hat * mean_gx[:, None]) * rstd[:, None]
+    if HAS_DH_OUT:
+        dh = tl.load(DH_OUT + rows[:, None] * stride_dh_row + cols[None, :], mask=mask, other=0.0)
+        dx += dh.to(tl.float32)
+    tl.store(
+        DX + rows[:, None] * stride_dx_row + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask
+    )
+    return dy, x_hat
+
+
+@triton.jit(do_not_specialize=["ROWS_BUCKET"])
+def rmsnorm_bwd_two_role_kernel(
+    X, W, DY, RSTD, DX, DW, DH_OUT,
+    stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, M, N, rows_per_program,
+    row_programs, offset,
+    ROWS_BUCKET,  # bit length of M: part of the autotuning key only, unused here
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_DH_OUT: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,
+    COL_BLOCK: tl.constexpr, COL_ROWS: tl.constexpr, COL_STAGES: tl.constexpr,
+):  # fmt: skip
+    """The small backward in one launch, without dw partials: two roles by program id.
+
+    Programs below row_programs write dx for a contiguous chunk of rows, as rmsnorm_bwd_kernel
+    does, and accumulate nothing. Each program from row_programs on owns COL_BLOCK columns and
+    walks every row, COL_ROWS at a time, for dw = sum over rows of dy * x_hat, in fp32 and in a
+    fixed order (bitwise reproducible), rounded once to the weight's dtype. dw needs nothing
+    the row programs compute (rstd comes from the forward), so the roles run side by side: no
+    partials, no second launch, no atomics. x and dy are read by both roles; the launch offers
+    this kernel only where they fit in L2 twice over, so the second read is mostly a hit.
+    """
+    pid = tl.program_id(0)
+    if pid < row_programs:
+        cols = tl.arange(0, BLOCK_N)
+        col_mask = cols < N
+        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
+        row_start = pid.to(tl.int64) * rows_per_program
+        row_end = tl.minimum(row_start + rows_per_program, M)
+        for block_start in tl.range(row_start, row_end, BLOCK_M, num_stages=LOOP_STAGES):
+            rows = block_start + tl.arange(0, BLOCK_M)
+            _bwd_rows_dx(
+                X, DY, RSTD, DX, DH_OUT, w, rows, rows < row_end, cols, col_mask,
+                stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, N, HAS_DH_OUT, False,
+            )  # fmt: skip
+    else:
+        _dw_of_columns(
+            X, DY, RSTD, DW, stride_x_row, stride_dy_row, M, N, pid - row_programs,
+            COL_BLOCK, COL_ROWS, COL_STAGES,
+        )  # fmt: skip
+
+
+@triton.jit
+def _dw_of_columns(
+    X, DY, RSTD, DW, stride_x_row, stride_dy_row, M, N, column_block,
+    COL_BLOCK: tl.constexpr, COL_ROWS: tl.constexpr, COL_STAGES: tl.constexpr,
+):  # fmt: skip
+    """dw of one block of COL_BLOCK columns over all M rows (rmsnorm_bwd_two_role_kernel)."""
+    cols = column_block * COL_BLOCK + tl.arange(0, COL_BLOCK)
+    col_mask = cols < N
+    acc = tl.zeros([COL_ROWS, COL_BLOCK], dtype=tl.float32)
+    for start in tl.range(0, M, COL_ROWS, num_stages=COL_STAGES):
+        rows = start + tl.arange(0, COL_ROWS)
+        row_mask = rows < M
+        mask = row_mask[:, None] & col_mask[None, :]
+        r64 = rows[:, None].to(tl.int64)
+        x = tl.load(X + r64 * stride_x_row + cols[None, :], mask=mask, other=0.0)
+        dy = tl.load(DY + r64 * stride_dy_row + cols[None, :], mask=mask, other=0.0)
+        rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+        acc += dy.to(tl.float32) * (x.to(tl.float32) * rstd[:, None])
+    tl.store(DW + cols, tl.sum(acc, axis=0).to(DW.dtype.element_ty), mask=col_mask)
 
 
 #: _upcast_opaque's inline PTX, two 16-bit values (one 32-bit register) to two fp32; the Gluon

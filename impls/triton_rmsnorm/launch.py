@@ -218,6 +218,20 @@ DW_REDUCE_FEW_ROWS_NARROW_WARPS = 4
 #: Column indices are int32 inside the kernels, and the last chunk's indices (up to N - 1 plus
 #: one chunk) must stay below 2**31.
 MAX_N = 2**31 - SPLIT_BLOCK_N
+#: The two-role backward (kernels.rmsnorm_bwd_two_role_kernel: dx from row programs, dw from
+#: column programs beside them, one launch and no partials) is offered beside the single tile,
+#: and measured against it at the first call, for rows of up to TWO_ROLE_MAX_N columns that
+#: start on 16 bytes, up to TWO_ROLE_MAX_ELEMENTS elements in all, and x and dy that take at
+#: most half the L2 (the column programs' second read of them should hit). Measured at
+#: 512-4096 x 2048-8192 bf16 (`probes/2026-11-30-298c233f2267-backward-two-role-ab-2.txt`):
+#: 1.09-1.38x the single tile at 512x2048-8192 and 1024x2048, 1.00x at 1024x4096, 0.93-0.97x
+#: at 2048x2048 and 1024x8192, and below 0.7x past them (each column program walks every row).
+TWO_ROLE_MAX_N = 8192
+TWO_ROLE_MAX_ELEMENTS = 1 << 22
+#: Its column programs' tile, per single-tile width (BLOCK_N): (COL_BLOCK columns, COL_ROWS rows
+#: a step, COL_STAGES): the probe's best at 2048, 4096 and 8192 columns, about one column
+#: program an SM there; narrower rows take 2048's.
+TWO_ROLE_COLUMN_TILES = {2048: (16, 128, 3), 4096: (32, 128, 4), 8192: (64, 64, 3)}
 
 NUM_WARPS_CHOICES = (1, 2, 4, 8, 16, 32)
 #: Stages of the kernels with loops (each sets LOOP_STAGES, see _PIPELINED_LOOPS). Triton's
@@ -236,15 +250,22 @@ TILE_TARGET = {
     "rmsnorm_fwd_shifted_kernel": 4096,
     "rmsnorm_bwd_kernel": 4096,
     "rmsnorm_bwd_shifted_kernel": 4096,
+    "rmsnorm_bwd_two_role_kernel": 4096,
 }
 _ELEMENTS_PER_THREAD = {
     "rmsnorm_fwd_kernel": (4, 64),
     "rmsnorm_fwd_shifted_kernel": (4, 64),
     "rmsnorm_bwd_kernel": (8, 32),
     "rmsnorm_bwd_shifted_kernel": (8, 32),
+    "rmsnorm_bwd_two_role_kernel": (8, 32),
 }
-#: The single-tile backward kernels: rows that start on 16 bytes, and rows that do not.
-_BACKWARD_TILE_KERNELS = ("rmsnorm_bwd_kernel", "rmsnorm_bwd_shifted_kernel")
+#: The single-tile backward kernels: rows that start on 16 bytes, rows that do not, and the
+#: two-role kernel's row programs.
+_BACKWARD_TILE_KERNELS = (
+    "rmsnorm_bwd_kernel",
+    "rmsnorm_bwd_shifted_kernel",
+    "rmsnorm_bwd_two_role_kernel",
+)
 #: The largest tile a single-tile program holds: [BLOCK_M, BLOCK_N] elements.
 MAX_TILE = 65536
 
@@ -320,6 +341,7 @@ _PIPELINED_LOOPS = {
     "rmsnorm_fwd_shifted_kernel",
     "rmsnorm_bwd_kernel",
     "rmsnorm_bwd_shifted_kernel",
+    "rmsnorm_bwd_two_role_kernel",
     "rmsnorm_fwd_looped_kernel",
     "rmsnorm_bwd_row_dot_kernel",
     "rmsnorm_bwd_columns_kernel",
@@ -504,6 +526,7 @@ _TUNED_KERNELS = (
     "rmsnorm_fwd_looped_kernel",
     "rmsnorm_bwd_kernel",
     "rmsnorm_bwd_shifted_kernel",
+    "rmsnorm_bwd_two_role_kernel",
     "rmsnorm_bwd_columns_kernel",
     "rmsnorm_bwd_row_dot_kernel",
     "rmsnorm_fwd_split_sumsq_kernel",
@@ -518,6 +541,7 @@ _PRUNE = {
     "rmsnorm_fwd_shifted_kernel": _prune_shifted_forward,
     "rmsnorm_bwd_kernel": _prune_tiles("rmsnorm_bwd_kernel"),
     "rmsnorm_bwd_shifted_kernel": _prune_tiles("rmsnorm_bwd_shifted_kernel"),
+    "rmsnorm_bwd_two_role_kernel": _prune_tiles("rmsnorm_bwd_two_role_kernel"),
     "rmsnorm_fwd_looped_kernel": _prune_looped_forward,
     "rmsnorm_fwd_split_sumsq_kernel": _prune_warps,
     "rmsnorm_fwd_split_scale_kernel": _prune_warps,
@@ -822,7 +846,7 @@ def rmsnorm_forward(
             *map(_held_group_forward_path, held_group_forwards(x, y, weight, has_residual)),
         ]
         if paths == [_forward_single_tile] and replay_key is not None:
-            _record(replay_key, _forward_single_tile, args, 1)
+            _record(replay_key, _forward_single_tile, args, (1,))
         elif len(paths) == 1 or not autotuning():
             paths[0](*args)
         else:
@@ -1183,7 +1207,7 @@ def rmsnorm_backward(
     with _on_device(x):
         if replay_key is not None and not backward_is_looped(n):
             extra = _single_tile_backward_grid(m, x.device, backward_row_period(x, dy, dh_out))
-            _record(replay_key, _backward_launches, args, 2, extra)
+            _record(replay_key, _backward_launches, args, (1, 2), extra)
         else:
             _backward_launches(*args)
     return dx, dw
@@ -1207,6 +1231,8 @@ def _backward_launches(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool
 def _backward_paths(x, dy, weight, dh_out) -> list:
     """The backward paths that can serve x, the default first."""
     if not backward_is_looped(x.shape[1]):
+        if backward_takes_two_roles(x, dy, dh_out):
+            return [_backward_single_tile, _backward_two_role]
         return [_backward_single_tile]
     groups = [_held_group_backward_path(c) for c in held_group_backwards(x, dy, weight, dh_out)]
     if backward_holds_row_on_chip(x, dy, weight, dh_out):
@@ -1260,6 +1286,59 @@ def _backward_single_tile(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: b
         dtypes=(x.dtype, weight.dtype, dy.dtype, dh_arg.dtype), **switches,
     )  # fmt: skip
     _reduce_partials(dw_partial, dw)
+
+
+def backward_takes_two_roles(
+    x: torch.Tensor, dy: torch.Tensor, dh_out: torch.Tensor | None
+) -> bool:
+    """Whether the two-role backward is offered for x (beside the single tile; see
+    TWO_ROLE_MAX_N): rows that start on 16 bytes, at most TWO_ROLE_MAX_N columns and
+    TWO_ROLE_MAX_ELEMENTS elements, x and dy within half of a GPU's L2."""
+    m, n = x.shape
+    if n > TWO_ROLE_MAX_N or m * n > TWO_ROLE_MAX_ELEMENTS:
+        return False
+    if backward_row_period(x, dy, dh_out) != 1:
+        return False
+    return _two_role_fits_device(x.device, m * n * (x.element_size() + dy.element_size()))
+
+
+def _two_role_fits_device(device: torch.device, x_and_dy_bytes: int) -> bool:
+    """A GPU whose L2 holds x and dy twice over (the interpreter's CPU has no L2 to hit)."""
+    return device.type == "cuda" and 2 * x_and_dy_bytes <= tuning.l2_bytes(device.index or 0)
+
+
+def two_role_column_tile(block_n: int) -> tuple[int, int, int]:
+    """(COL_BLOCK, COL_ROWS, COL_STAGES) of the two-role backward's column programs."""
+    return TWO_ROLE_COLUMN_TILES[max(block_n, min(TWO_ROLE_COLUMN_TILES))]
+
+
+def _backward_two_role(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool, dw):
+    """dx and dw in one launch (kernels.rmsnorm_bwd_two_role_kernel): the single tile's row
+    programs without their dw partials, and a column program per COL_BLOCK columns."""
+    m, n = x.shape
+    block_n = block_size(n)
+    programs, rows_per_program = _single_tile_backward_grid(m, x.device)
+    col_block, col_rows, col_stages = two_role_column_tile(block_n)
+    args = _two_role_backward_args(
+        dy, x, weight, rstd, offset, dx, dh_arg, dw, programs, rows_per_program
+    )
+    _launch(
+        "rmsnorm_bwd_two_role_kernel", (programs + cdiv(n, col_block),), *args,
+        dtypes=(x.dtype, weight.dtype, dy.dtype, dh_arg.dtype), BLOCK_N=block_n,
+        HAS_DH_OUT=has_dh_out, COL_BLOCK=col_block, COL_ROWS=col_rows, COL_STAGES=col_stages,
+    )  # fmt: skip
+
+
+def _two_role_backward_args(
+    dy, x, weight, rstd, offset, dx, dh_arg, dw, programs, rows_per_program
+) -> tuple:
+    """rmsnorm_bwd_two_role_kernel's arguments before its constexprs (launch and replay)."""
+    m, n = x.shape
+    return (
+        x, weight, dy, rstd, dx, dw, dh_arg,
+        x.stride(0), dy.stride(0), dx.stride(0), dh_arg.stride(0), m, n, rows_per_program,
+        programs, offset, m.bit_length(),
+    )  # fmt: skip
 
 
 def backward_row_period(x: torch.Tensor, dy: torch.Tensor, dh_out: torch.Tensor | None) -> int:
@@ -1621,11 +1700,11 @@ def _is_current(device_index: int) -> bool:
     return device_index < 0 or torch.cuda.current_device() == device_index
 
 
-def _record(key: tuple, call, args: tuple, launches: int, extra=None) -> None:
-    """call(*args), remembering its launches under key when it made the expected number of them
-    and each can be replayed (went direct, or runs under the interpreter). A key already known
-    is not recorded again (x on another device than the current one runs here every call), nor
-    is one past REPLAY_CAP."""
+def _record(key: tuple, call, args: tuple, launches: tuple, extra=None) -> None:
+    """call(*args), remembering its launches under key when it made one of the expected numbers
+    of them and each can be replayed (went direct, or runs under the interpreter). A key already
+    known is not recorded again (x on another device than the current one runs here every
+    call), nor is one past REPLAY_CAP."""
     if key in _REPLAYS or len(_REPLAYS) >= REPLAY_CAP:
         call(*args)
         return
@@ -1637,7 +1716,7 @@ def _record(key: tuple, call, args: tuple, launches: int, extra=None) -> None:
         _RECORDING.launches = outer
     through_triton = interpreting()
     replays = [direct.replay_of(*launch[:5], through_triton=through_triton) for launch in recorded]
-    if len(replays) != launches or None in replays:
+    if len(replays) not in launches or None in replays:
         return
     configs = {launch[0].fn.__name__: launch[5] for launch in recorded if launch[5] is not None}
     _REPLAYS[key] = (replays, configs, extra)
@@ -1674,14 +1753,22 @@ def _backward_replay_key(dy, x, weight, rstd, dh_out) -> tuple:
 
 
 def _replay_backward(replayed: tuple, dy, x, weight, rstd, offset, dh_out):
-    (backward, reduce), configs, (programs, rows_per_program) = replayed
+    """The recorded single-tile backward again: two launches (the main kernel and the dw
+    reduction), or one (the two-role kernel)."""
+    launches, configs, (programs, rows_per_program) = replayed
     _LAUNCHED.update(configs)
     m, n = x.shape
     device = x.get_device()
     dx = x.new_empty((m, n))
     dw = weight.new_empty((n,))
-    dw_partial = x.new_empty((programs, n), dtype=torch.float32)
     dh_arg = dy if dh_out is None else dh_out
+    if len(launches) == 1:
+        (two_role,) = launches
+        two_role(device, *_two_role_backward_args(dy, x, weight, rstd, offset, dx, dh_arg, dw,
+                                                  programs, rows_per_program))  # fmt: skip
+        return dx, dw
+    backward, reduce = launches
+    dw_partial = x.new_empty((programs, n), dtype=torch.float32)
     backward(device, *_single_tile_backward_args(dy, x, weight, rstd, offset, dx, dh_arg,
                                                  dw_partial, rows_per_program))  # fmt: skip
     reduce(device, dw_partial, dw, programs, n)
