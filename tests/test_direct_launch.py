@@ -328,8 +328,11 @@ def test_replays_after_autotuning(monkeypatch):
     for later in results[1:]:
         assert all(torch.equal(a, b) for a, b in zip(results[0], later, strict=True))
     launched = launch.take_launch_configs()
-    # calls 2 to 4: the forward's launch and the backward's, two (the single tile and its dw
-    # reduction) or one (the two-role kernel, where the first call measured it faster)
+    # calls 2 to 4 replay the forward's launch. The backward's are two (the single tile and its
+    # dw reduction) or one (the two-role kernel, where the first call measured it faster); a
+    # first call that measures paths records nothing, so then calls 3 and 4 replay them.
     backward_launches = 1 if "rmsnorm_bwd_two_role_kernel" in launched else 2
-    assert direct.replayed_launches - before == 3 * (1 + backward_launches)
+    measured = launch.backward_takes_two_roles(x.detach(), dy, None)
+    backward_replays = (2 if measured else 3) * backward_launches
+    assert direct.replayed_launches - before == 3 + backward_replays
     assert launched["rmsnorm_fwd_kernel"] in tuned.values()
