@@ -129,13 +129,14 @@ def test_strided_weight():
     _assert_matches_oracle(inputs.x, w, inputs.dy)
 
 
-def _held_backward(name):
-    """The held backward paths by name (launch builds them at import)."""
+def _forced_backward(name):
+    """The backward paths a test forces, by name (launch builds the held ones at import)."""
     from impls.triton_rmsnorm import launch
 
     paths = {
         "held-row": launch._HELD_ROW_BACKWARDS[0],
         "held-group": launch._held_group_backward_path(launch.HELD_GROUP_BACKWARDS[0]),
+        "two-role": launch._backward_two_role,
     }
     return paths[name]
 
@@ -144,22 +145,24 @@ def _held_backward(name):
 @pytest.mark.parametrize(
     "shape, forced",
     [((8192, 4096), None), ((64, 131072), None), ((512, 131072), None),
-     ((2048, 32768), "held-row"), ((512, 131072), "held-group")],
-    ids=["single-tile", "wide-split", "wide-columns", "held-row", "held-group"],
+     ((2048, 32768), "held-row"), ((512, 131072), "held-group"), ((512, 2048), "two-role")],
+    ids=["single-tile", "wide-split", "wide-columns", "held-row", "held-group", "two-role"],
 )  # fmt: skip
 def test_backward_allocates_only_dx_and_the_dw_partials(monkeypatch, shape, forced):
     """Issue target: the backward allocates dx, <= SMs x N fp32 partials, O(N + M) besides (the
-    held paths forced where this GPU runs them: the tests run with autotuning off, which keeps
-    the default path)."""
+    held and two-role paths forced where this GPU runs them: the tests run with autotuning off,
+    which keeps the default path). The two-role path allocates no partials at all."""
     from impls.triton_rmsnorm import launch
 
     if forced is not None:
         x = torch.empty(shape, dtype=torch.bfloat16, device=DEVICE)
         offered = {"held-row": launch.backward_holds_row_on_chip,
-                   "held-group": launch.backward_holds_row_in_group}[forced]  # fmt: skip
+                   "held-group": launch.backward_holds_row_in_group,
+                   "two-role": lambda x, dy, w, dh: launch.backward_takes_two_roles(x, dy, dh),
+                   }[forced]  # fmt: skip
         if not offered(x, x, x[0], None):
             pytest.skip(f"the {forced} backward does not run on this device")
-        path = _held_backward(forced)
+        path = _forced_backward(forced)
         monkeypatch.setattr(launch, "_backward_paths", lambda *args: [path])
     m, n = shape
     inputs = make_inputs(shape, torch.bfloat16, DEVICE)
@@ -177,12 +180,14 @@ def test_backward_allocates_only_dx_and_the_dw_partials(monkeypatch, shape, forc
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     # dx, the partials, O(M + N) vectors (dw, its cast, per-row sums), and the caching
     # allocator's rounding of each block up to 2 MiB.
-    allowed = dx.numel() * dx.element_size() + sms * n * 4 + 4 * (m + n) * 4
+    partials = 0 if forced == "two-role" else sms * n * 4
+    allowed = dx.numel() * dx.element_size() + partials + 4 * (m + n) * 4
     allowed += 4 * (2 << 20)
     assert extra <= allowed, f"backward peak {extra} bytes > {allowed}"
     if forced is not None:
         kernel = {"held-row": "rmsnorm_bwd_held_row_kernel",
-                  "held-group": "rmsnorm_bwd_held_group_kernel"}[forced]  # fmt: skip
+                  "held-group": "rmsnorm_bwd_held_group_kernel",
+                  "two-role": "rmsnorm_bwd_two_role_kernel"}[forced]  # fmt: skip
         assert kernel in launch.take_launch_configs()
 
 

@@ -6,8 +6,8 @@ times, per shape, the first forward + backward call (tuning included, Triton's o
 cache cleared first, so compiles count as on a fresh machine) and a second call of another M in
 the same size class (no tuning), in one process, bf16.
 
-Run from the repository root on a GPU:
-    PYTHONPATH=. python results/nvidia-h200/probes/first_call_latency.py out.json
+Run from the repository root on a GPU (shapes as MxN after the output path replace SHAPES):
+    PYTHONPATH=. python results/nvidia-h200/probes/first_call_latency.py out.json [512x2048 ...]
 """
 
 import json
@@ -42,9 +42,9 @@ def forward_backward(m: int, n: int):
     return lambda: rmsnorm(x, w).backward(dy)
 
 
-def main(out_path: str) -> None:
+def main(out_path: str, shapes: list) -> None:
     rows = []
-    for m, n in SHAPES:
+    for m, n in shapes:
         first = seconds(forward_backward(m, n))
         # same N, another M of the same size class (M's bit length): tuned already
         again = seconds(forward_backward(m + m // 4, n))
@@ -57,4 +57,5 @@ def main(out_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    given = [tuple(int(v) for v in a.split("x")) for a in sys.argv[2:]]
+    main(sys.argv[1], given or SHAPES)
