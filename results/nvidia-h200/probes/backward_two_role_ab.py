@@ -57,6 +57,21 @@ if len(sys.argv) > 2:
     COLUMN_CONFIGS = [(16, 128, 3, False), (32, 128, 3, True), (64, 64, 3, False),
                       (8, 256, 3, False), (16, 256, 4, False), (32, 128, 4, False)]  # fmt: skip
     ROW_FACTORS = (1, 2, 4)
+#: The third run (`... out.json 3`, after v29 took the path up to 4M elements): where the
+#: column programs are the critical path, a grid of column tiles and deeper pipelines, at the
+#: product's row configuration and at 4 and 8 warps (the two roles share num_warps).
+ROW_WARPS = (None,)
+if len(sys.argv) > 2 and sys.argv[2] == "3":
+    SHAPES = [(2048, 2048), (1024, 4096), (512, 8192), (1024, 8192)]
+    COLUMN_CONFIGS = [
+        (block, rows, stages, False)
+        for block in (8, 16, 32, 64)
+        for rows in (64, 128, 256, 512)
+        for stages in (3, 5)
+        if 1024 <= block * rows <= 8192
+    ]
+    ROW_FACTORS = (1,)
+    ROW_WARPS = (4, 8)
 
 
 @triton.jit
@@ -189,14 +204,18 @@ def main(out_path: str) -> None:
             )
         }  # fmt: skip
         checks = {}
-        for factor, cc in [(f, cc) for f in ROW_FACTORS for cc in COLUMN_CONFIGS]:
+        variants = [(f, cc, wp) for f in ROW_FACTORS for cc in COLUMN_CONFIGS for wp in ROW_WARPS]
+        for factor, cc, warps in variants:
             per_program = launch.cdiv(m, min(m, programs * factor))
-            run = _two_role_run(config, launch.cdiv(m, per_program), per_program, cc)
+            row_config = config if warps is None else {**config, "num_warps": warps}
+            run = _two_role_run(row_config, launch.cdiv(m, per_program), per_program, cc)
             dx, dw = torch.full_like(x, float("nan")), torch.full_like(w, float("nan"))
             run((dy, x, w, rstd, dx, dw))
             err = _errors(dx, dw, x, dy, w, rstd)
             ok = err[0] <= product_err[0] + 1 and err[1] <= product_err[1] + 1
             name = str(cc) if factor == 1 else f"{cc} rows x{factor}"
+            if warps is not None:
+                name += f" {warps} warps"
             checks[name] = {"dx_ulps": err[0], "dw_ulps": err[1], "ok": ok,
                                "dx_equal_product": bool(torch.equal(dx, dx_p))}  # fmt: skip
             if ok:
