@@ -313,8 +313,9 @@ def test_replays_after_autotuning(monkeypatch):
     the later three replay it with the first call's bits."""
     monkeypatch.setattr(launch, "_AUTOTUNE", True)
     monkeypatch.setattr(launch, "_TUNED", {})
-    x = torch.randn(384, 1536, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
-    w = torch.randn(1536, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    monkeypatch.setattr(launch, "_MEASURED_PATH", {})  # the first call measures paths
+    x = torch.randn(384, 2048, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(2048, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn_like(x)
     before = direct.replayed_launches
     results = []

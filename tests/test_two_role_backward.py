@@ -20,9 +20,9 @@ KERNEL = "rmsnorm_bwd_two_role_kernel"
 
 
 def test_launch_offers_it_for_small_aligned_rows(monkeypatch):
-    """Up to TWO_ROLE_MAX_N columns and TWO_ROLE_MAX_ELEMENTS elements, wherever the single
-    tile's plain kernel takes the rows (not the shifted kernel's rows, off 16 bytes alike in x,
-    dy and dh_out), the device's part taken as given."""
+    """TWO_ROLE_MIN_N to TWO_ROLE_MAX_N columns, up to TWO_ROLE_MAX_ELEMENTS elements, wherever
+    the single tile's plain kernel takes the rows (not the shifted kernel's rows, off 16 bytes
+    alike in x, dy and dh_out), the device's part taken as given."""
     monkeypatch.setattr(launch, "_two_role_fits_device", lambda device, nbytes: True)
     bf16 = torch.bfloat16
 
@@ -31,14 +31,15 @@ def test_launch_offers_it_for_small_aligned_rows(monkeypatch):
         dh = None if dh_width is None else torch.zeros(m, dh_width, dtype=dtype)[:, :n]
         return launch.backward_takes_two_roles(x, torch.zeros(m, n, dtype=dtype), dh)
 
-    assert offered(512, 2048) and offered(512, 8192) and offered(2, 100, torch.float32)
-    assert offered(1024, 4096, torch.float16)
-    assert offered(512, 2040, width=2048)  # strided rows on 16 bytes
+    assert offered(512, 2048) and offered(512, 8192) and offered(2, 2048, torch.float32)
+    assert offered(1024, 4096, torch.float16) and offered(2048, 2048)
+    assert offered(512, 4088, width=4096)  # strided rows on 16 bytes
     assert not offered(512, launch.TWO_ROLE_MAX_N + 8)
-    assert not offered(1024, 8192)  # past TWO_ROLE_MAX_ELEMENTS
-    assert not offered(512, 2044)  # rows 8 bytes off 16 alike: the shifted kernel's
-    assert not offered(512, 2044, dh_width=2044)
-    assert offered(512, 2044, dh_width=2048)  # dh_out's rows apart from x's: the plain kernel's
+    assert not offered(2048, launch.TWO_ROLE_MIN_N - 8)  # few column programs, long walks
+    assert not offered(1024, 8192) and not offered(4096, 2048)  # past TWO_ROLE_MAX_ELEMENTS
+    assert not offered(512, 4092)  # rows 8 bytes off 16 alike: the shifted kernel's
+    assert not offered(512, 4092, dh_width=4092)
+    assert offered(512, 4092, dh_width=4096)  # dh_out's rows apart from x's: the plain kernel's
 
 
 def test_device_part_of_the_decision(monkeypatch):
@@ -92,6 +93,8 @@ def two_roles(monkeypatch):
         ((300, 130), torch.float16),  # the column programs' row loop takes 3 steps
         ((2, 9, 768), torch.float32),  # leading dims flattened
         ((5, 2048), torch.bfloat16),  # fewer rows than programs
+        ((40, 4096), torch.float16),  # the 4096- and 8192-column tiles of the table
+        ((7, 8192), torch.bfloat16),
     ],
     ids=lambda p: "x".join(map(str, p)) if isinstance(p, tuple) else DTYPE_NAMES.get(p, str(p)),
 )
@@ -130,3 +133,21 @@ def test_two_role_backward_repeats_its_bits_and_replays_one_launch(two_roles):
     for later in results[1:]:
         assert all(torch.equal(a, b) for a, b in zip(results[0], later, strict=True))
     assert direct.replayed_launches - before == 2 * 2  # calls 2 and 3: the forward, the backward
+
+
+def test_two_role_replays_keep_the_offset_and_the_residual(two_roles):
+    """Replays of the one launch with Gemma's offset and a residual's gradient (dh_out) give the
+    first call's bits (the forward with a residual is not replayed: one launch a later call)."""
+    x = torch.randn(24, 512, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    r = torch.randn_like(x, requires_grad=True)
+    w = torch.randn(512, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    dy, dh = torch.randn_like(x), torch.randn_like(x)
+    before = direct.replayed_launches
+    results = []
+    for _ in range(3):
+        y, h = rmsnorm(x, w, 1e-6, offset=1.0, residual=r)
+        results.append(torch.autograd.grad((y, h), (x, r, w), (dy, dh)))
+    for later in results[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(results[0], later, strict=True))
+    assert direct.replayed_launches - before == 2
+    _check_residual((24, 512), torch.bfloat16)  # a replayed call, against the oracle

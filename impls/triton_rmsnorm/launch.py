@@ -220,17 +220,21 @@ DW_REDUCE_FEW_ROWS_NARROW_WARPS = 4
 MAX_N = 2**31 - SPLIT_BLOCK_N
 #: The two-role backward (kernels.rmsnorm_bwd_two_role_kernel: dx from row programs, dw from
 #: column programs beside them, one launch and no partials) is offered beside the single tile,
-#: and measured against it at the first call, for rows of up to TWO_ROLE_MAX_N columns that
-#: start on 16 bytes, up to TWO_ROLE_MAX_ELEMENTS elements in all, and x and dy that take at
-#: most half the L2 (the column programs' second read of them should hit). Measured at
-#: 512-4096 x 2048-8192 bf16 (`probes/2026-11-30-298c233f2267-backward-two-role-ab-2.txt`):
-#: 1.09-1.38x the single tile at 512x2048-8192 and 1024x2048, 1.00x at 1024x4096, 0.93-0.97x
-#: at 2048x2048 and 1024x8192, and below 0.7x past them (each column program walks every row).
+#: and measured against it at the first call, for rows of TWO_ROLE_MIN_N to TWO_ROLE_MAX_N
+#: columns that the plain single tile takes, up to TWO_ROLE_MAX_ELEMENTS elements in all, and x
+#: and dy that take at most half the L2 (the column programs' second read of them should hit).
+#: Measured at 512-4096 x 2048-8192 bf16 (`probes/2026-11-30-00b1a79b83c3-backward-two-role-ab.txt`
+#: and `-298c233f2267-...-ab-2.txt`): 1.09-1.38x the single tile at 512x2048-8192 and
+#: 1.16-1.18x at 1024x2048; 1.00x at 1024x4096 and 0.97-1.00x at 2048x2048; 0.92-0.94x at
+#: 1024x8192, 0.91x at 2048x4096 and 0.68-0.80x at 4096x2048, 2048x8192 and 4096x8192 (each
+#: column program walks every row). Narrower rows leave few column programs, each walking more
+#: rows (not measured: not offered).
+TWO_ROLE_MIN_N = 2048
 TWO_ROLE_MAX_N = 8192
 TWO_ROLE_MAX_ELEMENTS = 1 << 22
 #: Its column programs' tile, per single-tile width (BLOCK_N): (COL_BLOCK columns, COL_ROWS rows
 #: a step, COL_STAGES): the probe's best at 2048, 4096 and 8192 columns, about one column
-#: program an SM there; narrower rows take 2048's.
+#: program an SM there.
 TWO_ROLE_COLUMN_TILES = {2048: (16, 128, 3), 4096: (32, 128, 4), 8192: (64, 64, 3)}
 
 NUM_WARPS_CHOICES = (1, 2, 4, 8, 16, 32)
@@ -1292,10 +1296,10 @@ def backward_takes_two_roles(
     x: torch.Tensor, dy: torch.Tensor, dh_out: torch.Tensor | None
 ) -> bool:
     """Whether the two-role backward is offered for x (beside the single tile; see
-    TWO_ROLE_MAX_N): rows that start on 16 bytes, at most TWO_ROLE_MAX_N columns and
-    TWO_ROLE_MAX_ELEMENTS elements, x and dy within half of a GPU's L2."""
+    TWO_ROLE_MAX_N): rows the plain single tile takes, TWO_ROLE_MIN_N to TWO_ROLE_MAX_N columns,
+    at most TWO_ROLE_MAX_ELEMENTS elements, x and dy within half of a GPU's L2."""
     m, n = x.shape
-    if n > TWO_ROLE_MAX_N or m * n > TWO_ROLE_MAX_ELEMENTS:
+    if not TWO_ROLE_MIN_N <= n <= TWO_ROLE_MAX_N or m * n > TWO_ROLE_MAX_ELEMENTS:
         return False
     if backward_row_period(x, dy, dh_out) != 1:
         return False
@@ -1308,7 +1312,8 @@ def _two_role_fits_device(device: torch.device, x_and_dy_bytes: int) -> bool:
 
 
 def two_role_column_tile(block_n: int) -> tuple[int, int, int]:
-    """(COL_BLOCK, COL_ROWS, COL_STAGES) of the two-role backward's column programs."""
+    """(COL_BLOCK, COL_ROWS, COL_STAGES) of the two-role backward's column programs (rows
+    narrower than the table's, which only a test forces onto this path, take its narrowest)."""
     return TWO_ROLE_COLUMN_TILES[max(block_n, min(TWO_ROLE_COLUMN_TILES))]
 
 
@@ -1762,7 +1767,7 @@ def _replay_backward(replayed: tuple, dy, x, weight, rstd, offset, dh_out):
     dx = x.new_empty((m, n))
     dw = weight.new_empty((n,))
     dh_arg = dy if dh_out is None else dh_out
-    if len(launches) == 1:
+    if launches[0].kernel is kernels.rmsnorm_bwd_two_role_kernel:
         (two_role,) = launches
         two_role(device, *_two_role_backward_args(dy, x, weight, rstd, offset, dx, dh_arg, dw,
                                                   programs, rows_per_program))  # fmt: skip
