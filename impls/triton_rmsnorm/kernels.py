@@ -247,9 +247,9 @@ def _bwd_rows_dx(
 @triton.jit(do_not_specialize=["ROWS_BUCKET"])
 def rmsnorm_bwd_two_role_kernel(
     X, W, DY, RSTD, DX, DW, DH_OUT,
-    stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, M, N, rows_per_program,
-    row_programs, offset,
+    stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, M, N, rows_per_program, offset,
     ROWS_BUCKET,  # bit length of M: part of the autotuning key only, unused here
+    row_programs,  # after rmsnorm_bwd_kernel's arguments, which come first in the same order
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_DH_OUT: tl.constexpr,
     LOOP_STAGES: tl.constexpr,
     COL_BLOCK: tl.constexpr, COL_ROWS: tl.constexpr, COL_STAGES: tl.constexpr,

@@ -1339,13 +1339,12 @@ def _backward_two_role(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool
 def _two_role_backward_args(
     dy, x, weight, rstd, offset, dx, dh_arg, dw, programs, rows_per_program
 ) -> tuple:
-    """rmsnorm_bwd_two_role_kernel's arguments before its constexprs (launch and replay)."""
-    m, n = x.shape
-    return (
-        x, weight, dy, rstd, dx, dw, dh_arg,
-        x.stride(0), dy.stride(0), dx.stride(0), dh_arg.stride(0), m, n, rows_per_program,
-        programs, offset, m.bit_length(),
-    )  # fmt: skip
+    """rmsnorm_bwd_two_role_kernel's arguments before its constexprs (launch and replay): the
+    single tile's, dw in place of its partials, then the number of row programs."""
+    single_tile = _single_tile_backward_args(
+        dy, x, weight, rstd, offset, dx, dh_arg, dw, rows_per_program
+    )
+    return (*single_tile, programs)
 
 
 def backward_row_period(x: torch.Tensor, dy: torch.Tensor, dh_out: torch.Tensor | None) -> int:
