@@ -17,7 +17,8 @@ tile's main kernel, ~9.7 µs, `-daf182be02dc-backward-small-breakdown.txt`), 1.1
 single tile there and at 1024x4096; 1.05-1.15x at 1024x8192 and 2048x4096 (8M elements, not
 offered today); no change where the two-role already wins (512 rows).
 
-Checked against fp64 (dx and dw within the product's own error plus one 16-bit ulp), and the
+Checked against fp64 (dx and dw within the larger of the two product paths' errors plus one
+16-bit ulp), and the
 counters checked back at zero after every timing. Timed as the other probes (ab_timing), bf16.
 
 Run from the repository root on a GPU:
@@ -41,6 +42,12 @@ SHAPES = [(2048, 2048), (1024, 4096), (512, 8192), (1024, 8192), (2048, 4096), (
 SPLITS = (2, 4, 8)
 #: Column tiles (COL_BLOCK, COL_ROWS, COL_STAGES) tried with each split, beside the product's.
 EXTRA_TILES = [(16, 128, 3), (32, 128, 3), (32, 64, 3), (64, 64, 3)]
+#: The second run (`... out.json 2`): the first run's check compared the split variants' dx
+#: with the single tile's error only, while their row role is the two-role kernel's (dx bit for
+#: bit equal to it, at its own row configuration): at 1024x4096 and 2048x4096 that error is
+#: larger, and every split variant was left untimed. The check now allows the larger of the two.
+if len(sys.argv) > 2:
+    SHAPES = [(1024, 4096), (2048, 4096), (2048, 2048)]
 
 
 @triton.jit
@@ -157,7 +164,8 @@ def main(out_path: str) -> None:
                 dx, dw = torch.full_like(x, float("nan")), torch.full_like(w, float("nan"))
                 run((dy, x, w, rstd, dx, dw, part, count))
                 err = _errors(dx, dw, x, dy, w, rstd)
-                ok = (err[0] <= product_err[0] + 1 and err[1] <= product_err[1] + 1
+                allowed = [max(a, b) + 1 for a, b in zip(product_err, two_role_err, strict=True)]
+                ok = (err[0] <= allowed[0] and err[1] <= allowed[1]
                       and int(count.abs().sum()) == 0)  # fmt: skip
                 name = f"split {splits} {tile}"
                 checks[name] = {"dx_ulps": err[0], "dw_ulps": err[1], "ok": ok,
