@@ -10,7 +10,7 @@ from harness.inputs import make_inputs
 from harness.oracle import TOLERANCES, compare, reference
 from impls import get_backend
 from impls.triton_rmsnorm import MAX_N, RMSNorm, launch, rmsnorm
-from impls.triton_rmsnorm.function import RMSNormFunction
+from impls.triton_rmsnorm.function import RMSNormFunction, _rmsnorm_fwd_op
 from impls.triton_rmsnorm.launch import BACKWARD_SINGLE_TILE_MAX_N, SINGLE_TILE_MAX_N
 from tests.conftest import DEVICE, ON_GPU
 
@@ -206,6 +206,22 @@ def test_forward_mode_ad_says_it_is_unsupported_instead_of_dropping_the_tangent(
     with fwad.dual_level(), pytest.raises((NotImplementedError, RuntimeError)):
         dual = fwad.make_dual(inputs.x, torch.ones_like(inputs.x))
         rmsnorm(dual, inputs.weight, inputs.eps)
+
+
+def test_double_backward_raises_instead_of_dropping_the_term():
+    """create_graph=True asks for a graph of the gradients, which the kernels' gradients do not
+    have: both doors must raise, not hand back gradients whose second-order terms vanish (a
+    gradient penalty through the norm would silently lose its term)."""
+    inputs = make_inputs((4, 256), torch.float32, DEVICE)
+    x = inputs.x.clone().requires_grad_(True)
+    w = inputs.weight.clone().requires_grad_(True)
+    with pytest.raises(RuntimeError, match="double backward is not supported"):
+        torch.autograd.grad((rmsnorm(x, w, inputs.eps) * inputs.dy).sum(), x, create_graph=True)
+    # the custom op (torch.compile's door) has no formula for its backward's backward
+    y, _rstd, _h = _rmsnorm_fwd_op(x, w, None, inputs.eps, 0.0, x.dtype)
+    (dx,) = torch.autograd.grad((y * inputs.dy).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="no autograd formula"):
+        torch.autograd.grad(dx.pow(2).sum() + x.sum(), x)
 
 
 def test_gradients_reach_leaf_inputs_of_any_rank():

@@ -102,6 +102,8 @@ class RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy, dh=None):
+        if torch.is_grad_enabled():  # create_graph=True: a graph of these gradients is wanted
+            raise RuntimeError(DOUBLE_BACKWARD_ERROR)
         normalized2d, weight, rstd = ctx.saved_tensors
         if dy is None:  # only h was used downstream: y sends nothing, so dx = dr = dh, dw = 0
             return dh, torch.zeros_like(weight), dh, None, None, None
@@ -110,6 +112,12 @@ class RMSNormFunction(torch.autograd.Function):
         dx = _shaped(dx2d, ctx.shape)
         # h = x + r: x and the residual get the same gradient (autograd copies if it must)
         return dx, dw, dx if ctx.has_residual else None, None, None, None
+
+
+DOUBLE_BACKWARD_ERROR = (
+    "rmsnorm: double backward is not supported: the backward ran with create_graph=True, and "
+    "the kernels' gradients cannot be differentiated again (torch.nn.functional.rms_norm can)"
+)
 
 
 # ---- compiled door: torch.library custom ops ------------------------------------------------------
@@ -199,8 +207,9 @@ def rmsnorm(
     x: [..., N] in fp16, bf16 or fp32; rows may be strided (a slice of a wider tensor), the last
     dimension is copied once if it is not contiguous. weight: [N] on x's device, fp16, bf16 or
     fp32 (e.g. an fp32 weight on bf16 activations). offset: 0 (Llama) or 1 (Gemma's 1 + w).
-    out_dtype: the output dtype, default x's. Differentiable in x and weight; dx comes back in x's
-    dtype, dw in weight's. Statistics in fp32; the output is rounded once.
+    out_dtype: the output dtype, default x's. Differentiable in x and weight, once (a backward
+    with create_graph=True raises); dx comes back in x's dtype, dw in weight's. Statistics in
+    fp32; the output is rounded once.
 
     residual: pre-norm residual add. With r of x's shape and dtype, returns (y, h) where
     h = x + r (rounded once to x's dtype, the new residual stream) and y = RMSNorm(h); x and r
