@@ -208,20 +208,41 @@ def test_forward_mode_ad_says_it_is_unsupported_instead_of_dropping_the_tangent(
         rmsnorm(dual, inputs.weight, inputs.eps)
 
 
-def test_double_backward_raises_instead_of_dropping_the_term():
-    """create_graph=True asks for a graph of the gradients, which the kernels' gradients do not
-    have: both doors must raise, not hand back gradients whose second-order terms vanish (a
-    gradient penalty through the norm would silently lose its term)."""
-    inputs = make_inputs((4, 256), torch.float32, DEVICE)
+@pytest.mark.parametrize("shape", [(4, 256), (2, 3, 256)], ids=["2d", "3d"])
+def test_double_backward_raises_instead_of_dropping_the_term(shape):
+    """create_graph=True: the first-order gradients come back right, and a second backward
+    through them must raise, not add nothing (a gradient penalty through the norm would
+    silently lose its term), even when dy is a constant; both doors."""
+    inputs = make_inputs(shape, torch.float32, DEVICE)
     x = inputs.x.clone().requires_grad_(True)
     w = inputs.weight.clone().requires_grad_(True)
+    want = reference(inputs.x, inputs.weight, inputs.eps, inputs.dy).dx
+    y = rmsnorm(x, w, inputs.eps)
+    (dx,) = torch.autograd.grad((y * inputs.dy).sum(), x, create_graph=True)
+    torch.testing.assert_close(dx, want.to(dx.dtype), rtol=1e-4, atol=1e-5)
     with pytest.raises(RuntimeError, match="double backward is not supported"):
-        torch.autograd.grad((rmsnorm(x, w, inputs.eps) * inputs.dy).sum(), x, create_graph=True)
+        torch.autograd.grad(dx.pow(2).sum() + x.sum(), x)
     # the custom op (torch.compile's door) has no formula for its backward's backward
     y, _rstd, _h = _rmsnorm_fwd_op(x, w, None, inputs.eps, 0.0, x.dtype)
     (dx,) = torch.autograd.grad((y * inputs.dy).sum(), x, create_graph=True)
-    with pytest.raises(RuntimeError, match="no autograd formula"):
+    with pytest.raises(RuntimeError):
         torch.autograd.grad(dx.pow(2).sum() + x.sum(), x)
+
+
+def test_create_graph_is_fine_where_no_second_backward_reaches_the_norm():
+    """A penalty on a later layer's gradient under create_graph=True differentiates the norm's
+    forward only, once: no error, and the same gradient as without create_graph."""
+    inputs = make_inputs((4, 256), torch.float32, DEVICE)
+    w = inputs.weight.clone().requires_grad_(True)
+    head = torch.randn_like(inputs.x, requires_grad=True)
+    x = inputs.x.clone().requires_grad_(True)
+    loss = (rmsnorm(x, w, inputs.eps) * head).sum()
+    _dx, dhead = torch.autograd.grad(loss, (x, head), create_graph=True)
+    (dw,) = torch.autograd.grad(dhead.pow(2).sum(), w)
+    w_ref = inputs.weight.clone().requires_grad_(True)
+    y_ref = rmsnorm(inputs.x, w_ref, inputs.eps)
+    (dw_ref,) = torch.autograd.grad(y_ref.pow(2).sum(), w_ref)
+    torch.testing.assert_close(dw, dw_ref)
 
 
 def test_gradients_reach_leaf_inputs_of_any_rank():

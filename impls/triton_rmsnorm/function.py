@@ -102,8 +102,6 @@ class RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy, dh=None):
-        if torch.is_grad_enabled():  # create_graph=True: a graph of these gradients is wanted
-            raise RuntimeError(DOUBLE_BACKWARD_ERROR)
         normalized2d, weight, rstd = ctx.saved_tensors
         if dy is None:  # only h was used downstream: y sends nothing, so dx = dr = dh, dw = 0
             return dh, torch.zeros_like(weight), dh, None, None, None
@@ -111,13 +109,36 @@ class RMSNormFunction(torch.autograd.Function):
         dx2d, dw = launch.rmsnorm_backward(_rows(dy), normalized2d, weight, rstd, ctx.offset, dh2d)
         dx = _shaped(dx2d, ctx.shape)
         # h = x + r: x and the residual get the same gradient (autograd copies if it must)
-        return dx, dw, dx if ctx.has_residual else None, None, None, None
+        grads = (dx, dw, dx if ctx.has_residual else None, None, None, None)
+        if torch.is_grad_enabled():  # create_graph=True: autograd records a graph of the grads
+            return _raising_if_differentiated(grads, normalized2d, weight)
+        return grads
 
 
 DOUBLE_BACKWARD_ERROR = (
-    "rmsnorm: double backward is not supported: the backward ran with create_graph=True, and "
-    "the kernels' gradients cannot be differentiated again (torch.nn.functional.rms_norm can)"
+    "rmsnorm: double backward is not supported: the kernels' gradients cannot be differentiated "
+    "again (torch.nn.functional.rms_norm's can)"
 )
+
+
+def _raising_if_differentiated(grads: tuple, normalized2d, weight) -> tuple:
+    """grads as returned under create_graph=True: aliases whose graph node raises if a later
+    backward reaches it, instead of the kernels' gradients, which have no graph and would add
+    nothing to a second-order gradient. The node's inputs include x (or the tensor x's rows view)
+    and w, so that a later backward towards them does reach it. torch's once_differentiable
+    links only the incoming gradient, which needs no grad when dy is a constant. With nothing to
+    link (x's rows were copied in the forward, w needs no grad), it raises now."""
+    anchors = [
+        t
+        for t in (normalized2d if normalized2d._base is None else normalized2d._base, weight)
+        if t.requires_grad
+    ]
+    if not anchors:
+        raise RuntimeError(DOUBLE_BACKWARD_ERROR)
+    raising = torch._C._functions.DelayedError(
+        DOUBLE_BACKWARD_ERROR.encode(), len(grads) + len(anchors)
+    )
+    return tuple(raising(*grads, *anchors)[: len(grads)])
 
 
 # ---- compiled door: torch.library custom ops ------------------------------------------------------
@@ -207,9 +228,9 @@ def rmsnorm(
     x: [..., N] in fp16, bf16 or fp32; rows may be strided (a slice of a wider tensor), the last
     dimension is copied once if it is not contiguous. weight: [N] on x's device, fp16, bf16 or
     fp32 (e.g. an fp32 weight on bf16 activations). offset: 0 (Llama) or 1 (Gemma's 1 + w).
-    out_dtype: the output dtype, default x's. Differentiable in x and weight, once (a backward
-    with create_graph=True raises); dx comes back in x's dtype, dw in weight's. Statistics in
-    fp32; the output is rounded once.
+    out_dtype: the output dtype, default x's. Differentiable in x and weight, once: under
+    create_graph=True, a second backward through the gradients raises; dx comes back in x's
+    dtype, dw in weight's. Statistics in fp32; the output is rounded once.
 
     residual: pre-norm residual add. With r of x's shape and dtype, returns (y, h) where
     h = x + r (rounded once to x's dtype, the new residual stream) and y = RMSNorm(h); x and r
