@@ -222,6 +222,11 @@ def test_double_backward_raises_instead_of_dropping_the_term(shape):
     torch.testing.assert_close(dx, want.to(dx.dtype), rtol=1e-4, atol=1e-5)
     with pytest.raises(RuntimeError, match="double backward is not supported"):
         torch.autograd.grad(dx.pow(2).sum() + x.sum(), x)
+    # with a residual the saved rows are h, which a 3-D call returns only as a view
+    y, _h = rmsnorm(x, w, inputs.eps, residual=torch.randn_like(inputs.x))
+    with pytest.raises(RuntimeError, match="double backward is not supported"):
+        (dx,) = torch.autograd.grad((y * inputs.dy).sum(), x, create_graph=True)
+        torch.autograd.grad(dx.pow(2).sum() + x.sum(), x)
     # the custom op (torch.compile's door) has no formula for its backward's backward
     y, _rstd, _h = _rmsnorm_fwd_op(x, w, None, inputs.eps, 0.0, x.dtype)
     (dx,) = torch.autograd.grad((y * inputs.dy).sum(), x, create_graph=True)

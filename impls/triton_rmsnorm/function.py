@@ -111,7 +111,8 @@ class RMSNormFunction(torch.autograd.Function):
         # h = x + r: x and the residual get the same gradient (autograd copies if it must)
         grads = (dx, dw, dx if ctx.has_residual else None, None, None, None)
         if torch.is_grad_enabled():  # create_graph=True: autograd records a graph of the grads
-            return _raising_if_differentiated(grads, normalized2d, weight)
+            rows_need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[2]  # x, residual
+            return _raising_if_differentiated(grads, normalized2d, weight, rows_need_grad)
         return grads
 
 
@@ -121,20 +122,18 @@ DOUBLE_BACKWARD_ERROR = (
 )
 
 
-def _raising_if_differentiated(grads: tuple, normalized2d, weight) -> tuple:
+def _raising_if_differentiated(grads: tuple, normalized2d, weight, rows_need_grad: bool) -> tuple:
     """grads as returned under create_graph=True: aliases whose graph node raises if a later
     backward reaches it, instead of the kernels' gradients, which have no graph and would add
-    nothing to a second-order gradient. The node's inputs include x (or the tensor x's rows view)
-    and w, so that a later backward towards them does reach it. torch's once_differentiable
-    links only the incoming gradient, which needs no grad when dy is a constant. With nothing to
-    link (x's rows were copied in the forward, w needs no grad), it raises now."""
-    anchors = [
-        t
-        for t in (normalized2d if normalized2d._base is None else normalized2d._base, weight)
-        if t.requires_grad
-    ]
-    if not anchors:
+    nothing to a second-order gradient. The node's inputs include the saved rows' source (x, the
+    tensor x's rows view, or the returned h) and w, so that a later backward towards x, r or w
+    does reach it. torch's once_differentiable links only the incoming gradient, which needs no
+    grad when dy is a constant. Where x or r needs a gradient and the saved rows link to neither
+    (x's rows copied in the forward; h a [..., N] view's 2-D base), it raises now."""
+    rows = normalized2d if normalized2d._base is None else normalized2d._base
+    if rows_need_grad and not rows.requires_grad:
         raise RuntimeError(DOUBLE_BACKWARD_ERROR)
+    anchors = [t for t in (rows, weight) if t.requires_grad]
     raising = torch._C._functions.DelayedError(
         DOUBLE_BACKWARD_ERROR.encode(), len(grads) + len(anchors)
     )
