@@ -12,7 +12,7 @@ import torch
 from harness.checks import check_backend
 from harness.inputs import make_inputs
 from impls import get_backend
-from impls.triton_rmsnorm import direct, launch, rmsnorm
+from impls.triton_rmsnorm import direct, dispatch, launch, rmsnorm
 from tests.conftest import DEVICE, ON_GPU
 
 INTS = [0, 1, 2, 15, 16, 17, 32, 48, -1, -16, 2**31 - 1, 2**31, 2**31 + 16, 2**32, 2**63]
@@ -307,33 +307,31 @@ def test_check_mode_catches_a_replay_key_that_ignores_alignment(monkeypatch):
             rmsnorm(base[:, 1:], weight)
 
 
-@pytest.mark.skipif(not ON_GPU, reason="autotuning needs a GPU to time configs")
-def test_replays_after_autotuning(monkeypatch):
-    """Autotuned, the first call tunes, then launches the tuned configuration and records it;
-    the later three replay it with the first call's bits."""
-    monkeypatch.setattr(launch, "_AUTOTUNE", True)
+@pytest.mark.skipif(not ON_GPU, reason="tuning needs a GPU to time configs")
+def test_replays_after_tuning(monkeypatch):
+    """Tuning on (dispatch.tuning), the first call tunes and launches the tuned configuration,
+    recording nothing; the second records the entry's launches and the later two replay them,
+    all with the first call's bits."""
     monkeypatch.setattr(launch, "_TUNED", {})
-    monkeypatch.setattr(launch, "_MEASURED_PATH", {})  # the first call measures paths
     x = torch.randn(384, 2048, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
     w = torch.randn(2048, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn_like(x)
     before = direct.replayed_launches
     results = []
-    for call in range(4):
-        y = rmsnorm(x, w)
-        results.append((y, *torch.autograd.grad(y, (x, w), dy)))
-        if call == 0:
-            tuned = dict(launch._TUNED)
-            assert tuned, "the first call did not autotune"
-            launch.take_launch_configs()  # the first call's measured paths: every candidate
+    with dispatch.tuning() as table:
+        for call in range(4):
+            y = rmsnorm(x, w)
+            results.append((y, *torch.autograd.grad(y, (x, w), dy)))
+            if call == 0:
+                tuned = dict(launch._TUNED)
+                assert tuned and len(table) == 2, "the first call did not tune"
+                assert not launch._REPLAYS
+                launch.take_launch_configs()  # the first call's measured paths: every candidate
     for later in results[1:]:
         assert all(torch.equal(a, b) for a, b in zip(results[0], later, strict=True))
     launched = launch.take_launch_configs()
-    # calls 2 to 4 replay the forward's launch. The backward's are two (the single tile and its
-    # dw reduction) or one (the two-role kernel, where the first call measured it faster); a
-    # first call that measures paths records nothing, so then calls 3 and 4 replay them.
+    # calls 3 and 4 replay the forward's launch and the backward's two (the single tile and its
+    # dw reduction) or one (the two-role kernel, where the first call measured it faster)
     backward_launches = 1 if "rmsnorm_bwd_two_role_kernel" in launched else 2
-    measured = launch.backward_takes_two_roles(x.detach(), dy, None)
-    backward_replays = (2 if measured else 3) * backward_launches
-    assert direct.replayed_launches - before == 3 + backward_replays
+    assert direct.replayed_launches - before == 2 + 2 * backward_launches
     assert launched["rmsnorm_fwd_kernel"] in tuned.values()

@@ -78,24 +78,14 @@ def test_device_part_of_the_decision(monkeypatch):
 
 
 def _offered_forward_paths(monkeypatch, n: int, **decisions) -> list:
-    """The paths the forward's first call measures for [4, n] when each decision named answers
+    """The paths offered to the forward's dispatch for [4, n] when each decision named answers
     as given (launch's function of that name replaced; the others none)."""
     monkeypatch.setattr(launch, "forward_holds_row_on_chip", lambda *args: False)
     monkeypatch.setattr(launch, "held_group_forwards", lambda *args: ())
     for name, answer in decisions.items():
         monkeypatch.setattr(launch, name, lambda *args, answer=answer: answer)
-    monkeypatch.setattr(launch, "autotuning", lambda: True)
-    monkeypatch.setattr(launch, "_REPLAYABLE", False)
-    offered = []
-
-    def measured(key, paths, args, device):
-        offered.append(list(paths))
-        return lambda *args: None
-
-    monkeypatch.setattr(launch, "_measured_path", measured)
     x = torch.zeros(4, n, dtype=torch.bfloat16, device=DEVICE)
-    launch.rmsnorm_forward(x, x[0], 1e-6)
-    return offered
+    return [launch.forward_paths(x, x, x[0], False)]
 
 
 def test_forward_measures_it_beside_the_default_path(monkeypatch):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from harness.inputs import make_inputs
-from impls.triton_rmsnorm import launch
+from impls.triton_rmsnorm import dispatch, launch
 from tests import sm90_compile
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
@@ -89,22 +89,15 @@ def test_device_part_of_the_decision(monkeypatch):
         assert launch._held_row_backward_fits_device(cuda, n) is fits, (capability, shared, n)
 
 
-def test_backward_measures_it_beside_the_wide_path(monkeypatch):
-    """Where it is offered, the backward's first call measures it (at 16 and at 32 warps)
-    against the wide path rather than taking it blindly; where not, the wide path runs."""
-    monkeypatch.setattr(launch, "autotuning", lambda: True)
-    offered = []
-
-    def measured(key, paths, args, device):
-        offered.append(list(paths))
-        return lambda *args: None
-
-    monkeypatch.setattr(launch, "_measured_path", measured)
+def test_backward_offers_it_beside_the_wide_path(monkeypatch):
+    """Where it is offered, the backward's dispatch chooses between it (at 16 and at 32 warps)
+    and the wide path (the default, first); where not, the wide path is the only one."""
     x = torch.zeros(4, WIDEST, dtype=torch.bfloat16)
-    args = (x, x, x[0], torch.zeros(4), 0.0, x, x, False, x[0])
     monkeypatch.setattr(launch, "backward_holds_row_on_chip", lambda *a: True)
-    launch._backward_launches(*args)
-    assert offered == [[launch._backward_wide, *launch._HELD_ROW_BACKWARDS]]
+    assert launch._backward_paths(x, x, x[0], None) == [
+        launch._backward_wide,
+        *launch._HELD_ROW_BACKWARDS,
+    ]
     assert [p.keywords["warps"] for p in launch._HELD_ROW_BACKWARDS] == [16, 32]
     assert launch._backward_paths(x[:, :1024], x[:, :1024], x[0, :1024], None) == [
         launch._backward_single_tile
@@ -542,35 +535,34 @@ def test_held_group_backward_with_a_residual_and_strided_rows(monkeypatch):
 
 @needs_held_row_gpu
 def test_the_measured_choice_is_remembered_and_captured(monkeypatch):
-    """Autotuned and unforced: the first call measures the wide path, the held row at 16 and
+    """Tuned (dispatch.tuning) and unforced: the first call measures the wide path, the held row at 16 and
     32 warps and, the row filling two slices, the group (the tuner's CUDA graphs of the Gluon
     launches, the group's cooperative one among them), later calls reuse the choice, and
     a CUDA graph captured after that gives the same gradients as an eager call."""
-    monkeypatch.setattr(launch, "_AUTOTUNE", True)
     inputs = make_inputs((1024, WIDEST), torch.bfloat16, DEVICE)
-    launch._MEASURED_PATH.clear()
-    _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
-    chosen = [path for key, path in launch._MEASURED_PATH.items() if key[0] == "bwd"]
-    groups = (launch._held_group_backward_path(c) for c in launch.HELD_GROUP_BACKWARDS)
-    offered = (launch._backward_wide, *launch._HELD_ROW_BACKWARDS, *groups)
-    assert len(chosen) == 1 and chosen[0] in offered
-    _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
-    assert [p for k, p in launch._MEASURED_PATH.items() if k[0] == "bwd"] == chosen
+    with dispatch.tuning(allow_group=True) as table:  # the first call measures
+        _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
+        chosen = [e for e in table.entries() if e.key.direction == "bwd"]
+        groups = (launch._held_group_backward_path(c) for c in launch.HELD_GROUP_BACKWARDS)
+        offered = (launch._backward_wide, *launch._HELD_ROW_BACKWARDS, *groups)
+        assert len(chosen) == 1 and chosen[0].path in map(launch.path_name, offered)
+        _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
+        assert [e for e in table.entries() if e.key.direction == "bwd"] == chosen
 
-    x = inputs.x.detach().requires_grad_(True)
-    w = inputs.weight.detach().requires_grad_(True)
-    graph = torch.cuda.CUDAGraph()
-    from impls.triton_rmsnorm import rmsnorm
+        x = inputs.x.detach().requires_grad_(True)
+        w = inputs.weight.detach().requires_grad_(True)
+        graph = torch.cuda.CUDAGraph()
+        from impls.triton_rmsnorm import rmsnorm
 
-    static = {}
-    with torch.cuda.graph(graph):
-        y = rmsnorm(x, w, 1e-5)
-        static["dx"], static["dw"] = torch.autograd.grad(y, (x, w), inputs.dy)
-    graph.replay()
-    torch.cuda.synchronize()
-    y_eager = rmsnorm(x, w, 1e-5)
-    dx, dw = torch.autograd.grad(y_eager, (x, w), inputs.dy)
-    assert torch.equal(static["dx"], dx) and torch.equal(static["dw"], dw)
+        static = {}
+        with torch.cuda.graph(graph):
+            y = rmsnorm(x, w, 1e-5)
+            static["dx"], static["dw"] = torch.autograd.grad(y, (x, w), inputs.dy)
+        graph.replay()
+        torch.cuda.synchronize()
+        y_eager = rmsnorm(x, w, 1e-5)
+        dx, dw = torch.autograd.grad(y_eager, (x, w), inputs.dy)
+        assert torch.equal(static["dx"], dx) and torch.equal(static["dw"], dw)
 
 
 def test_an_optional_path_that_fails_is_left_out(monkeypatch):

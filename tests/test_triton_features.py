@@ -9,7 +9,7 @@ import torch
 from harness.inputs import make_inputs
 from harness.oracle import TOLERANCES, compare, reference
 from impls import get_backend
-from impls.triton_rmsnorm import rmsnorm
+from impls.triton_rmsnorm import dispatch, rmsnorm
 from impls.triton_rmsnorm.function import _rows
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
@@ -233,7 +233,8 @@ def _pipelined_launches(monkeypatch, stages, staged_bytes_per_element):
             config["PROGRAMS_PER_SM"] = 1  # a persistent grid: each program walks several tiles
         return config
 
-    monkeypatch.setattr(launch, "_AUTOTUNE", False)
+    monkeypatch.setattr(dispatch, "_HEURISTIC_ONLY", True)  # no table: the heuristic's config
+    dispatch.reload()
     monkeypatch.setattr(launch, "_heuristic_config", pipelined)
     monkeypatch.setattr(launch, "_programs_cap", lambda device: 4)
     monkeypatch.setattr(launch, "HEURISTIC_PROGRAMS_PER_SM", 1)

@@ -9,7 +9,7 @@ from harness.checks import check_backend
 from harness.inputs import make_inputs
 from harness.oracle import TOLERANCES, compare, reference
 from impls import get_backend
-from impls.triton_rmsnorm import MAX_N, RMSNorm, launch, rmsnorm
+from impls.triton_rmsnorm import MAX_N, RMSNorm, dispatch, launch, rmsnorm
 from impls.triton_rmsnorm.function import RMSNormFunction, _rmsnorm_fwd_op
 from impls.triton_rmsnorm.launch import BACKWARD_SINGLE_TILE_MAX_N, SINGLE_TILE_MAX_N
 from tests.conftest import DEVICE, ON_GPU
@@ -264,20 +264,22 @@ def test_gradients_reach_leaf_inputs_of_any_rank():
 
 
 @pytest.mark.skipif(not ON_GPU, reason="autotuning needs a GPU to time configs")
-def test_autotuned_launch_matches_the_oracle(monkeypatch):
-    """The product path: every kernel autotuned (single tile, looped, residual variants)."""
-    monkeypatch.setattr(launch, "_AUTOTUNE", True)
+def test_autotuned_launch_matches_the_oracle():
+    """Every kernel tuned (dispatch.tuning: single tile, looped, residual variants), then the
+    calls served by the tuned entries, against the oracle."""
     shapes = [
         (512, 4096),
         (8, BACKWARD_SINGLE_TILE_MAX_N * 2),  # forward: the faster of two paths, measured
         (4, SINGLE_TILE_MAX_N * 2),  # split rows
         (300, SINGLE_TILE_MAX_N * 2 + 8),  # persistent looped forward, its grid tuned
     ]
-    for shape in shapes:
-        result = check_backend(
-            get_backend("triton"), rmsnorm, make_inputs(shape, torch.bfloat16, DEVICE)
-        )
-        assert result.passed, result.summary()
+    with dispatch.tuning() as table:
+        for shape in shapes:
+            result = check_backend(
+                get_backend("triton"), rmsnorm, make_inputs(shape, torch.bfloat16, DEVICE)
+            )
+            assert result.passed, result.summary()
+        assert len(table) >= len(shapes)
 
 
 @pytest.mark.parametrize("kernel_name", ["rmsnorm_fwd_kernel", "rmsnorm_bwd_kernel"])

@@ -1,6 +1,7 @@
 """The tuner (impls/triton_rmsnorm/tuning.py): it times configurations on copies that must run the
 same binary as the real launch, leaves the caller's tensors and RNG alone, times work in
-proportion to what a launch does, and cannot tune inside a CUDA-graph capture."""
+proportion to what a launch does, runs only when asked (dispatch.tuning) and never inside a
+CUDA-graph capture."""
 
 from __future__ import annotations
 
@@ -11,10 +12,18 @@ from triton.runtime.errors import OutOfResources
 
 from harness.oracle import TOLERANCES, compare, reference
 from impls import get_backend
-from impls.triton_rmsnorm import direct, kernels, launch, rmsnorm, tuning
+from impls.triton_rmsnorm import direct, dispatch, kernels, launch, rmsnorm, tuning
 from tests.conftest import DEVICE, ON_GPU
 
 OURS = TOLERANCES[get_backend("triton").numerics]
+
+
+@pytest.fixture
+def tuning_session():
+    """Runtime tuning on for the test (dispatch.tuning, in memory): each new call class
+    measures its paths and tunes its kernels; yields the session's table."""
+    with dispatch.tuning() as table:
+        yield table
 
 
 def _misaligned(m, n, dtype=torch.bfloat16, offset=1, row_pad=3):
@@ -205,8 +214,7 @@ def _tuned_kernels(x, dy) -> set[str]:
 
 
 @needs_gpu
-def test_tuning_leaves_inputs_and_rng_alone_and_gives_oracle_results(monkeypatch):
-    monkeypatch.setattr(launch, "_AUTOTUNE", True)
+def test_tuning_leaves_inputs_and_rng_alone_and_gives_oracle_results(monkeypatch, tuning_session):
     monkeypatch.setattr(launch, "_TUNED", {})
     x = _misaligned(300, 1000).requires_grad_(True)
     w = torch.randn(1000, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
@@ -223,10 +231,11 @@ def test_tuning_leaves_inputs_and_rng_alone_and_gives_oracle_results(monkeypatch
 
 
 @needs_gpu
-def test_tuning_with_a_stride_0_gradient_pending_work_and_a_side_stream(monkeypatch):
+def test_tuning_with_a_stride_0_gradient_pending_work_and_a_side_stream(
+    monkeypatch, tuning_session
+):
     """dy from y.sum(0).backward() has stride-0 rows; x is made by a kernel still queued
     behind a long sleep on the caller's (non-default) stream when the call tunes."""
-    monkeypatch.setattr(launch, "_AUTOTUNE", True)
     monkeypatch.setattr(launch, "_TUNED", {})
     stream = torch.cuda.Stream()
     source = torch.randn(257, 768, device=DEVICE, dtype=torch.bfloat16)
@@ -245,11 +254,10 @@ def test_tuning_with_a_stride_0_gradient_pending_work_and_a_side_stream(monkeypa
 
 
 @needs_gpu
-def test_contiguous_and_strided_rows_share_one_tuning(monkeypatch):
+def test_contiguous_and_strided_rows_share_one_tuning(monkeypatch, tuning_session):
     """The forward's binary depends on whether every row stride is N (ROWS_CONTIGUOUS), its
     best configuration does not: rows strided after contiguous ones of the same shape reuse
     the tuning (no second key), and both match the oracle."""
-    monkeypatch.setattr(launch, "_AUTOTUNE", True)
     monkeypatch.setattr(launch, "_TUNED", {})
     w = torch.randn(2048, device=DEVICE, dtype=torch.bfloat16)
     contiguous = torch.randn(512, 2048, device=DEVICE, dtype=torch.bfloat16)
@@ -265,23 +273,29 @@ def test_contiguous_and_strided_rows_share_one_tuning(monkeypatch):
 
 
 @needs_gpu
-def test_an_untuned_shape_inside_a_capture_is_a_clear_error(monkeypatch):
+def test_a_capture_inside_a_tuning_takes_the_heuristic_unremembered(monkeypatch, tuning_session):
     """From a cold process state (nothing tuned, the heuristic binary never loaded), a capture
-    that meets a new shape raises, and leaves CUDA usable: the next call outside the capture
-    tunes and records, and a later capture replays it."""
-    monkeypatch.setattr(launch, "_AUTOTUNE", True)
+    inside a tuning session that meets a new shape times nothing: the heuristic serves it and
+    nothing is remembered. The next call outside the capture tunes and adds its entry, and a
+    later capture takes the entry and replays bitwise the eager result."""
     monkeypatch.setattr(launch, "_TUNED", {})
     x = torch.randn(256, 3072, device=DEVICE, dtype=torch.bfloat16)
     w = torch.randn(3072, device=DEVICE, dtype=torch.bfloat16)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
-    capture = torch.cuda.graph(torch.cuda.CUDAGraph(), stream=stream)
-    with pytest.raises(RuntimeError, match="before capturing"), torch.no_grad(), capture:
-        rmsnorm(x, w)
-    assert not launch._TUNED and not launch._REPLAYS
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph, stream=stream):
+        heuristic = rmsnorm(x, w)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert not launch._TUNED and len(tuning_session) == 0
     with torch.no_grad():
         expected = rmsnorm(x, w)
-    assert launch._TUNED and launch._REPLAYS
+    assert launch._TUNED and len(tuning_session) == 1 and launch._REPLAYS == {}
+    torch.testing.assert_close(heuristic, expected)
+    with torch.no_grad():
+        assert torch.equal(rmsnorm(x, w), expected)  # recorded now
+    assert launch._REPLAYS
     graph = torch.cuda.CUDAGraph()
     before = direct.replayed_launches
     stream.wait_stream(torch.cuda.current_stream())
@@ -358,7 +372,7 @@ def _stub_timer(monkeypatch, times: dict, unrunnable=()):
     monkeypatch.setattr(tuning, "_median_ms", median_ms)
     monkeypatch.setattr(tuning, "l2_bytes", lambda device_index: 1)
     monkeypatch.setattr(tuning, "rotating_arguments", lambda args, l2: [args])
-    monkeypatch.setattr(torch.cuda, "Stream", _NoStream)
+    monkeypatch.setattr(dispatch, "private_stream", lambda device_index: _NoStream())
     monkeypatch.setattr(torch.cuda, "current_stream", _NoStream)
     return timed
 

@@ -58,21 +58,15 @@ def test_column_tiles_follow_the_tile_width():
     assert launch.two_role_column_tile(8192) == (64, 64, 3)
 
 
-def test_backward_measures_it_beside_the_single_tile(monkeypatch):
-    """Where it is offered, the first call measures it against the single tile (the default)."""
-    monkeypatch.setattr(launch, "autotuning", lambda: True)
-    offered = []
-
-    def measured(key, paths, args, device):
-        offered.append(list(paths))
-        return lambda *args: None
-
-    monkeypatch.setattr(launch, "_measured_path", measured)
+def test_backward_offers_it_beside_the_single_tile(monkeypatch):
+    """Where it is offered, the single tile (the default) comes first and the two-role path
+    second: the dispatch table (or a tuning's measurement) chooses between them."""
     x = torch.zeros(4, 2048, dtype=torch.bfloat16)
-    args = (x, x, x[0], torch.zeros(4), 0.0, x, x, False, x[0])
     monkeypatch.setattr(launch, "backward_takes_two_roles", lambda *a: True)
-    launch._backward_launches(*args)
-    assert offered == [[launch._backward_single_tile, launch._backward_two_role]]
+    assert launch._backward_paths(x, x, x[0], None) == [
+        launch._backward_single_tile,
+        launch._backward_two_role,
+    ]
     monkeypatch.setattr(launch, "backward_takes_two_roles", lambda *a: False)
     assert launch._backward_paths(x, x, x[0], None) == [launch._backward_single_tile]
 

@@ -2,10 +2,14 @@
 
 Layers, top to bottom: kernels.py (@triton.jit math) -> launch.py (grids, configs, allocation)
 -> function.py (checks, autograd) -> module.py (nn.Module) -> backend.py (registry entry).
+Which path and configurations serve a call: dispatch.py (decided ahead of time, from the
+dispatch table, dispatch_table.py, written by `python -m impls.triton_rmsnorm.tune`;
+`dispatch.override(...)` forces a path, `dispatch.tuning()` tunes at run time).
 """
 
+from . import dispatch
 from .function import RMSNormFunction, rmsnorm
 from .launch import MAX_N
 from .module import RMSNorm
 
-__all__ = ["MAX_N", "RMSNorm", "RMSNormFunction", "rmsnorm"]
+__all__ = ["MAX_N", "RMSNorm", "RMSNormFunction", "dispatch", "rmsnorm"]

@@ -21,17 +21,17 @@ Paths, chosen by the hidden size N (and for wide rows by M), separately for each
   programs, each staging a slice of it, the slices' sums exchanged through global memory in one
   cooperative launch; measured at the first call beside the paths above (the forward in each
   configuration of HELD_GROUP_FORWARDS).
-Forward rows of FORWARD_LOOPED_FROM_N < N <= SINGLE_TILE_MAX_N take whichever of the single tile
-and the looped path measured faster at the first call (on a GPU, autotuning).
-
-On a CUDA device the kernels are autotuned per N over num_warps x num_stages with BLOCK_N pinned
-(the single-tile forward also over its grid: one program per tile, or a persistent grid with a
-software-pipelined tile loop), each candidate timed by device-only time (tuning.py), as the
-harness ranks backends.
-Under the Triton interpreter (TRITON_INTERPRET=1, CPU tensors) autotuning cannot time anything,
-so a fixed configuration is used: the kernel code is the same. With autotuning off
-(RMSNORM_TRITON_AUTOTUNE=0) nothing is measured: where several paths could serve a call, the
-default (the first of _forward_paths and _backward_paths) runs, so the held rows never do.
+Where several paths can serve a call ("measured" above: forward rows of FORWARD_LOOPED_FROM_N
+< N <= SINGLE_TILE_MAX_N take the single tile or the looped path, say), the dispatch table picks
+one, with each tuned kernel's configuration (dispatch.py, _dispatch below); with no entry the
+default (the first offered) runs in its heuristic configuration, so the held rows never do.
+Nothing is timed at a default call. Runtime tuning (opt-in: dispatch.tuning(),
+RMSNORM_TRITON_TUNE=1, and the offline tuner, tune.py) measures the offered paths and tunes the
+kernels per N over num_warps x num_stages with BLOCK_N pinned (the single-tile forward also over
+its grid: one program per tile, or a persistent grid with a software-pipelined tile loop), each
+candidate timed by device-only time (tuning.py), as the harness ranks backends.
+Under the Triton interpreter (TRITON_INTERPRET=1, CPU tensors) nothing can be timed: a fixed
+configuration is used, and the kernel code is the same; dispatch.override still picks a path.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from typing import NamedTuple
 import torch
 import triton
 
-from . import direct, kernels, tuning
+from . import direct, dispatch, kernels, tuning
 
 try:  # Triton's lower-level language; the held-row forward needs it
     from . import gluon_kernels
@@ -615,14 +615,11 @@ def _usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
-#: RMSNORM_TRITON_AUTOTUNE, read at import (an environment lookup per launch costs host time).
-_AUTOTUNE = os.environ.get("RMSNORM_TRITON_AUTOTUNE", "1") != "0"
-
-
 def autotuning() -> bool:
-    """Autotune on a GPU unless RMSNORM_TRITON_AUTOTUNE=0 was set before import (quick checks:
-    one compile per shape)."""
-    return _AUTOTUNE and not _INTERPRETING
+    """Whether this call tunes its kernels and measures its paths: only inside a runtime tuning
+    (dispatch.py: the offline tuner, dispatch.tuning(), RMSNORM_TRITON_TUNE=1), on a GPU. A
+    default call takes its configurations from the dispatch table or the heuristic."""
+    return dispatch.measuring() and not _INTERPRETING
 
 
 def heuristic_num_warps(tile: int) -> int:
@@ -640,7 +637,8 @@ _LAYOUT_SWITCHES = frozenset({"ROWS_CONTIGUOUS"})
 
 
 def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> dict:
-    """Autotuned on a GPU; one fixed configuration under the interpreter, which cannot time.
+    """The dispatch table's configuration (or the heuristic's) on a GPU, tuned inside a runtime
+    tuning (autotuning()); one fixed configuration under the interpreter, which cannot time.
 
     grid: a tuple, or a function of the launch meta-parameters (BLOCK_M is chosen by the tuner).
     dtypes: the dtypes of the kernel's tensors that vary (with N and kwargs, the tuning key).
@@ -654,6 +652,7 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> dict:
         if "PROGRAMS_PER_SM" in config:
             config["PROGRAMS_PER_SM"] = 1  # fewer programs than rows: the row loop is exercised
         _LAUNCHED[kernel_name] = config
+        _harvest(kernel_name, config)
         grid, meta = _kernel_grid_and_meta(kernel_name, grid, {**kwargs, **config})
         kernel[grid](*args, **meta)
         _note_launch(kernel, grid, args, meta, config)
@@ -677,12 +676,46 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> dict:
                 )
             config = _TUNED[key] = _tuned_config(kernel_name, grid, args, kwargs)
     else:
-        config = _heuristic_config(kernel_name, kwargs["BLOCK_N"])
+        config = _table_config(kernel_name, args, kwargs) or _heuristic_config(
+            kernel_name, kwargs["BLOCK_N"]
+        )
     _LAUNCHED[kernel_name] = config
+    _harvest(kernel_name, config)
     grid, meta = _kernel_grid_and_meta(kernel_name, grid, {**kwargs, **config})
     direct.launch(kernel, grid, args, meta, args[0].get_device())
     _note_launch(kernel, grid, args, meta, config)
     return config
+
+
+def _harvest(kernel_name: str, config: dict) -> None:
+    """While a tuning harvests its choice (dispatch.tune_call), note the kernel's configuration."""
+    launched = getattr(dispatch._ACTIVE, "launched", None)
+    if launched is not None:
+        launched[kernel_name] = dict(config)
+
+
+#: (kernel, table configuration, the launch's integer arguments) -> whether the configuration is
+#: among the kernel's candidates for that launch (at most VALIDATED_CAP remembered).
+_VALIDATED: dict[tuple, bool] = {}
+VALIDATED_CAP = 4096
+
+
+def _table_config(kernel_name: str, args: tuple, constexprs: dict) -> dict | None:
+    """The dispatch table's configuration for this kernel in the running path (dispatch.py),
+    if it has one and it is among the kernel's candidates for this launch (an entry serves
+    neighbouring N and M, where a pruning rule may exclude it); else None (the heuristic)."""
+    configs = getattr(dispatch._ACTIVE, "configs", None)
+    config = configs.get(kernel_name) if configs else None
+    if config is None:
+        return None
+    key = (kernel_name, tuple(sorted(config.items())),
+           *(a for a in args if type(a) is int), *constexprs.items())  # fmt: skip
+    valid = _VALIDATED.get(key)
+    if valid is None:
+        valid = config in _candidates(kernel_name, args, constexprs)
+        if len(_VALIDATED) < VALIDATED_CAP:
+            _VALIDATED[key] = valid
+    return config if valid else None
 
 
 def _kernel_grid_and_meta(kernel_name: str, grid, meta: dict) -> tuple:
@@ -823,7 +856,7 @@ def rmsnorm_forward(
     """
     eps, offset = float(eps), float(offset)  # as every launch specializes them (fp32)
     replay_key = None
-    if residual is None and _REPLAYABLE:
+    if residual is None and _REPLAYABLE and not dispatch.overridden():
         replay_key = _forward_replay_key(x, weight, out_dtype)
         replayed = _REPLAYS.get(replay_key)
         if replayed is not None and _is_current(replay_key[-1]):
@@ -842,21 +875,23 @@ def rmsnorm_forward(
     dtypes = (x.dtype, weight.dtype, y.dtype)
     args = (x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual)
     with _on_device(x):
-        paths = _forward_paths(m, n, x.device)
-        if forward_holds_row_on_chip(x, y, has_residual):
-            paths = [*paths, _forward_held_row]
-        paths = [
-            *paths,
-            *map(_held_group_forward_path, held_group_forwards(x, y, weight, has_residual)),
-        ]
+        paths = forward_paths(x, y, weight, has_residual)
+        call = ("fwd", dtypes, has_residual, n, m, paths, x.device)
         if paths == [_forward_single_tile] and replay_key is not None:
-            _record(replay_key, _forward_single_tile, args, (1,))
-        elif len(paths) == 1 or not autotuning():
-            paths[0](*args)
+            _record(replay_key, lambda *a: _dispatch(*call, a), args, (1,))
         else:
-            path_key = ("fwd", n, m.bit_length(), has_residual, *dtypes)
-            _measured_path(path_key, paths, args, x.device)(*args)
+            _dispatch(*call, args)
     return y, rstd, h
+
+
+def forward_paths(x, y, weight, has_residual: bool) -> list:
+    """Every forward path that can serve this call, the default first (dispatch picks one)."""
+    m, n = x.shape
+    paths = _forward_paths(m, n, x.device)
+    if forward_holds_row_on_chip(x, y, has_residual):
+        paths = [*paths, _forward_held_row]
+    groups = held_group_forwards(x, y, weight, has_residual)
+    return [*paths, *map(_held_group_forward_path, groups)]
 
 
 def _forward_paths(m: int, n: int, device: torch.device) -> list:
@@ -876,8 +911,6 @@ def _forward_paths(m: int, n: int, device: torch.device) -> list:
 #: looped kernel (x read twice, the second time mostly from L2). Which is faster depends on N, M
 #: and dtype; on a GPU it is measured at the first call of each (N, M size class, dtypes).
 FORWARD_LOOPED_FROM_N = 16384
-#: (direction, N, M's bit length, residual, dtypes, device, candidates) -> the fastest path.
-_MEASURED_PATH: dict[tuple, object] = {}
 #: Each path is timed this many times, every other pass in reverse order, its best time kept: a
 #: path chosen once is kept for the process. With one pass (2.5 ms of replays a path) the wide
 #: run at 6e0569859fab kept the two-step backward at 64x1048576 bf16 (168.8 µs) where fresh
@@ -899,7 +932,7 @@ def _fastest(paths: list, args: tuple):
             path(*args)
         except Exception as error:  # an optional path never takes the call down
             warnings.warn(
-                f"rmsnorm: the {_path_name(path)} path failed at its first call and is left out "
+                f"rmsnorm: the {path_name(path)} path failed at its first call and is left out "
                 f"({type(error).__name__}: {str(error)[:200]})",
                 RuntimeWarning,
                 stacklevel=2,
@@ -911,23 +944,70 @@ def _fastest(paths: list, args: tuple):
     )
 
 
-def _path_name(path) -> str:
+@functools.cache
+def path_name(path) -> str:
+    """A path's public name (dispatch tables, dispatch.override): its function's name without
+    the direction ("single_tile", "looped", "split", "held_row", "wide", "two_role"), with its
+    keywords ("held_row(warps=16)", "held_group(slice_n=4096,ring=3,per_sm=6,warps=4)")."""
     function = getattr(path, "func", path)  # functools.partial: its function and keywords
-    keywords = getattr(path, "keywords", {})
-    return function.__name__ + "".join(f", {k}={v}" for k, v in keywords.items())
+    name = function.__name__.removeprefix("_forward_").removeprefix("_backward_")
+    parts = []
+    for key, value in getattr(path, "keywords", {}).items():
+        fields = getattr(value, "_asdict", None)
+        if fields is not None:  # a configuration (NamedTuple): its fields
+            parts.extend(f"{k}={v}" for k, v in fields().items())
+        else:
+            parts.append(f"{key}={value}")
+    return f"{name}({','.join(parts)})" if parts else name
 
 
-def _measured_path(key: tuple, paths: list, args: tuple, device: torch.device):
-    """The fastest of paths for this key, measured at its first call (then remembered). While
-    a CUDA graph is being captured nothing can be timed: the default path runs, unremembered
-    (its kernels must have been tuned before the capture, else _launch says so)."""
-    key = (*key, device.index, tuple(paths))
-    path = _MEASURED_PATH.get(key)
-    if path is None:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return paths[0]
-        path = _MEASURED_PATH[key] = _fastest(paths, args)
-    return path
+def _named_path(paths: list, name: str, direction: str):
+    """The offered path of that name; a bare name ("held_row") takes the first of its kind."""
+    for path in paths:
+        full = path_name(path)
+        if full == name or full.split("(")[0] == name:
+            return path
+    offered = ", ".join(path_name(p) for p in paths)
+    raise ValueError(
+        f"dispatch.override: the {direction} path {name!r} is not offered for this call; "
+        f"offered: {offered}"
+    )
+
+
+def _dispatch(direction: str, dtypes: tuple, residual: bool, n: int, m: int, paths: list,
+              device: torch.device, args: tuple) -> None:  # fmt: skip
+    """Run the call on the path that serves it (dispatch.py): a forced one (dispatch.override),
+    else a runtime tuning's pick (opt-in), else the dispatch table's, else the default (the
+    first offered) in heuristic configurations."""
+    name = dispatch.forced(direction) if dispatch.overridden() else None
+    entry = None
+    if device.type == "cuda" and not _INTERPRETING:
+        if name is None:
+            session = dispatch.tunes(direction, dtypes, residual, n, m, device)
+            if session is not None:
+                dispatch.tune_call(session, direction, dtypes, residual, n, m, paths, args,
+                                   device, _fastest, path_name)  # fmt: skip
+                return
+        entry = dispatch.lookup(direction, dtypes, residual, n, m, device.index or 0)
+    path, configs = paths[0], None
+    if name is not None:
+        path = _named_path(paths, name, direction)
+        if entry is not None and entry.path == path_name(path):
+            configs = entry.configs
+    elif entry is not None:
+        for offered in paths:
+            if path_name(offered) == entry.path:
+                path, configs = offered, entry.configs
+                break
+    if configs is None:
+        path(*args)
+        return
+    outer = getattr(dispatch._ACTIVE, "configs", None)
+    dispatch._ACTIVE.configs = configs
+    try:
+        path(*args)
+    finally:
+        dispatch._ACTIVE.configs = outer
 
 
 def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
@@ -1197,7 +1277,7 @@ def rmsnorm_backward(
     """
     offset = float(offset)
     replay_key = None
-    if _REPLAYABLE:
+    if _REPLAYABLE and not dispatch.overridden():
         replay_key = _backward_replay_key(dy, x, weight, rstd, dh_out)
         replayed = _REPLAYS.get(replay_key)
         if replayed is not None and _is_current(replay_key[-1]):
@@ -1226,12 +1306,8 @@ def _backward_launches(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool
     args = (dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw)
     m, n = x.shape
     paths = _backward_paths(x, dy, weight, dh_arg if has_dh_out else None)
-    if len(paths) == 1 or not autotuning():
-        paths[0](*args)
-    else:
-        dtypes = (x.dtype, weight.dtype, dy.dtype, dh_arg.dtype)
-        path_key = ("bwd", n, m.bit_length(), has_dh_out, *dtypes)
-        _measured_path(path_key, paths, args, x.device)(*args)
+    dtypes = (x.dtype, weight.dtype, dy.dtype, dh_arg.dtype)
+    _dispatch("bwd", dtypes, has_dh_out, n, m, paths, x.device, args)
 
 
 def _backward_paths(x, dy, weight, dh_out) -> list:
@@ -1694,6 +1770,14 @@ REPLAY_CAP = 4096
 _REPLAYABLE = os.environ.get("RMSNORM_TRITON_REPLAY", "1") != "0"
 
 
+def _forget_replays() -> None:
+    """Replays hold the tables' choices of their time: forgotten when the tables change."""
+    _REPLAYS.clear()
+
+
+dispatch.ON_CHANGE.append(_forget_replays)
+
+
 def _note_launch(kernel, grid, args: tuple, meta: dict, config: dict | None = None) -> None:
     """While a call is recorded, note one of its launches."""
     recording = getattr(_RECORDING, "launches", None)
@@ -1716,10 +1800,13 @@ def _record(key: tuple, call, args: tuple, launches: tuple, extra=None) -> None:
         return
     outer = getattr(_RECORDING, "launches", None)
     _RECORDING.launches = recorded = []
+    generation = dispatch.GENERATION[0]
     try:
         call(*args)
     finally:
         _RECORDING.launches = outer
+    if dispatch.GENERATION[0] != generation:
+        return  # the call tuned (its launches were the tuning's), or the tables changed
     through_triton = interpreting()
     replays = [direct.replay_of(*launch[:5], through_triton=through_triton) for launch in recorded]
     if len(replays) not in launches or None in replays:

@@ -14,7 +14,8 @@ The copies keep each tensor's size, strides and 16-byte alignment (Triton specia
 every copy runs the binary the real launch will run. Nothing is drawn from the RNG (copies are
 made with copy_). The first argument set is the caller's own: its inputs are only read (no
 kernel tuned here writes what it reads), its outputs are written on a side stream that the
-caller's stream then waits for, and the real launch writes them again. The copies take at most
+caller's stream then waits for (the side stream is the tuning's private stream,
+dispatch.private_stream: never one of PyTorch's pooled streams), and the real launch writes them again. The copies take at most
 MAX_COPY_BYTES, freed when the tuning ends.
 
 Only for CUDA tensors, outside CUDA-graph capture (the caller checks both).
@@ -28,6 +29,8 @@ from collections.abc import Callable, Sequence
 import torch
 from triton.compiler.errors import CompileTimeAssertionFailure
 from triton.runtime.errors import OutOfResources, PTXASError
+
+from . import dispatch
 
 #: As the harness's device-only timer: the rotating sets together touch more than 3x the L2
 #: (at most 64 sets) ...
@@ -133,7 +136,7 @@ def fastest(
         return candidates[0]
     device_index = next(a for a in args if isinstance(a, torch.Tensor)).get_device()
     arg_sets = rotating_arguments(args, l2_bytes(device_index))
-    stream = torch.cuda.Stream()
+    stream = dispatch.tuning_stream() or dispatch.private_stream(device_index)
     stream.wait_stream(torch.cuda.current_stream())  # the caller's inputs and the copies
     times, first_error = [float("inf")] * len(candidates), None
     try:

@@ -1,0 +1,345 @@
+"""Which path and launch configurations serve a call, decided ahead of time.
+
+A default call on a CUDA device takes its path and its kernels' configurations from a dispatch
+table (dispatch_table.py: the format and the lookup rule), and times nothing: no candidate is
+compiled that will not run, nothing is copied, the host is never synchronized, no graph is
+captured. The tables, first to last (a later one's entries win at the same point):
+1. the committed table of this GPU class, impls/triton_rmsnorm/tables/<gpu-slug>.json (written
+   by `python -m impls.triton_rmsnorm.tune`);
+2. the runtime tuning cache, $RMSNORM_TRITON_TUNE_CACHE or
+   ~/.cache/rmsnorm-triton/<gpu-slug>.json (written by opt-in runtime tuning, below).
+A call with no entry (a GPU with no table, a width past the table's) takes the heuristic: the
+default path (the first offered) in its kernels' heuristic configurations.
+
+Environment (read at import):
+- RMSNORM_TRITON_AUTOTUNE=0: the heuristic only; tables and the cache are ignored, nothing is
+  tuned (quick checks; kept with the meaning it had: one compile per shape, nothing measured).
+- RMSNORM_TRITON_TUNE=1: opt-in runtime tuning. A call whose class (direction, dtypes,
+  residual, N, M's class 2**floor(log2 M)) has no entry in the cache yet measures its offered
+  paths and tunes its kernels as the offline tuner does, then appends the choice to the cache
+  file, which this and later processes read before the committed table. While tuning, the call
+  synchronizes the host and allocates rotating copies (tuning.py); it runs on a private CUDA
+  stream of its own (never one of PyTorch's pooled streams), one tuning at a time in the
+  process (a lock), never inside a CUDA-graph capture (there the table or the heuristic serves
+  the call, and nothing is remembered), and raises RuntimeError when
+  torch.cuda.get_sync_debug_mode() is nonzero. The grouped (cooperative) paths are not
+  measured unless RMSNORM_TRITON_TUNE_GROUP=1.
+- RMSNORM_TRITON_TUNE_CACHE=<path>: the cache file (default above).
+
+`tuning()` turns runtime tuning on for a block of code (the offline tuner uses it, writing to
+its own table); `override()` forces a path (tests, users comparing paths).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import threading
+import warnings
+from pathlib import Path
+
+import torch
+
+from . import dispatch_table
+from .dispatch_table import Entry, Key, Table
+
+_HEURISTIC_ONLY = os.environ.get("RMSNORM_TRITON_AUTOTUNE", "1") == "0"
+_TUNE_ENV = os.environ.get("RMSNORM_TRITON_TUNE", "0") == "1"
+_TUNE_GROUP_ENV = os.environ.get("RMSNORM_TRITON_TUNE_GROUP", "0") == "1"
+
+#: Per thread: the running path's table configurations (kernel name -> launch keywords) that
+#: launch._launch reads; `measuring` while a tuning measures; `launched`, a dict that _launch
+#: fills with each tuned kernel's configuration while a tuning's choice is harvested; the
+#: override stack.
+_ACTIVE = threading.local()
+#: One tuning at a time in the process (each times on the GPU; two at once would time each
+#: other's kernels).
+_TUNING_LOCK = threading.RLock()
+
+
+class _Session:
+    """Where a tuning's choices go: a table, saved to `path` after each new entry (or kept in
+    memory when path is None), and whether the grouped paths are measured."""
+
+    def __init__(self, table: Table, path: Path | None, allow_group: bool):
+        self.table, self.path, self.allow_group = table, path, allow_group
+
+    def add(self, entry: Entry) -> None:
+        self.table.add(entry)
+        if self.path is not None:
+            on_disk = Table.load(self.path) if self.path.exists() else Table()
+            on_disk.add(entry)  # another process may have added entries since
+            on_disk.meta = {**on_disk.meta, **self.table.meta}
+            on_disk.save(self.path)
+        _forget_lookups()
+
+
+_SESSION: _Session | None = None
+_ENV_SESSION: dict[int, _Session] = {}
+
+
+def heuristic_only() -> bool:
+    return _HEURISTIC_ONLY
+
+
+def cache_path(device_name: str) -> Path:
+    env = os.environ.get("RMSNORM_TRITON_TUNE_CACHE")
+    if env:
+        return Path(env)
+    return (
+        Path.home() / ".cache" / "rmsnorm-triton" / f"{dispatch_table.gpu_slug(device_name)}.json"
+    )
+
+
+# ---- the tables ---------------------------------------------------------------------------
+
+
+@functools.cache
+def _device_name(device_index: int) -> str:
+    return torch.cuda.get_device_name(device_index)
+
+
+def _read(path: Path) -> Table:
+    """path's table; a broken file is reported and skipped (it never takes a call down)."""
+    if not path.exists():
+        return Table()
+    try:
+        return Table.load(path)
+    except (OSError, ValueError) as error:
+        warnings.warn(
+            f"rmsnorm: dispatch table {path} ignored: {error}", RuntimeWarning, stacklevel=3
+        )
+        return Table()
+
+
+_TABLES: dict[int, Table] = {}
+_TABLES_LOCK = threading.Lock()
+
+
+def table(device_index: int) -> Table:
+    """The merged table that serves calls on this CUDA device (committed, then cache, then the
+    running tuning session's entries; only the session's under RMSNORM_TRITON_AUTOTUNE=0)."""
+    found = _TABLES.get(device_index)
+    if found is None:
+        with _TABLES_LOCK:
+            found = Table()
+            if not _HEURISTIC_ONLY:
+                name = _device_name(device_index)
+                found = _read(dispatch_table.committed_table_path(name))
+                with contextlib.suppress(RuntimeError):  # no home directory: no cache
+                    found = found.merged(_read(cache_path(name)))
+            if _SESSION is not None:
+                found = found.merged(_SESSION.table)
+            _TABLES[device_index] = found
+    return found
+
+
+#: (device, direction, dtypes, residual, N, M's bit length) -> the entry or None.
+_LOOKUPS: dict[tuple, Entry | None] = {}
+
+
+#: Called when the tables change (launch.py forgets its replays, recorded under the old ones).
+ON_CHANGE: list = []
+
+
+#: Counts the tables' changes: a call during which it moved (a tuning) is not recorded for
+#: replays (launch._record).
+GENERATION = [0]
+
+
+def _forget_lookups() -> None:
+    GENERATION[0] += 1
+    _TABLES.clear()
+    _LOOKUPS.clear()
+    for hook in ON_CHANGE:
+        hook()
+
+
+def reload() -> None:
+    """Read the tables again at the next call (after a table or the cache changed on disk)."""
+    _forget_lookups()
+
+
+def entry_key(direction: str, dtypes: tuple, residual: bool) -> Key:
+    return Key(direction, tuple(dispatch_table.dtype_name(d) for d in dtypes), residual)
+
+
+def lookup(direction: str, dtypes: tuple, residual: bool, n: int, m: int, device_index: int):
+    """The table entry serving this call, or None (the heuristic)."""
+    key = (device_index, direction, dtypes, residual, n, m.bit_length())
+    try:
+        return _LOOKUPS[key]
+    except KeyError:
+        pass
+    entry = None
+    if not _HEURISTIC_ONLY or _SESSION is not None:  # an explicit tuning session is read
+        entry = table(device_index).lookup(entry_key(direction, dtypes, residual), n, m)
+    _LOOKUPS[key] = entry
+    return entry
+
+
+# ---- override -----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def override(forward: str | None = None, backward: str | None = None):
+    """Force the forward and/or backward path by name (launch.path_name: "single_tile",
+    "looped", "split", "held_row", "held_row(warps=16)", "wide", "two_role", ...) for calls
+    made in this thread inside the block. A forced path that is not offered for a call raises
+    ValueError naming the offered ones. The kernels take the table's configurations when the
+    table picks the same path for the call, else the heuristic's; replays are bypassed."""
+    for name, value in (("forward", forward), ("backward", backward)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(
+                f"{name}: expected a path name (str) or None, got {type(value).__name__}"
+            )
+    stack = _override_stack()
+    stack.append({"fwd": forward, "bwd": backward})
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def _override_stack() -> list:
+    stack = getattr(_ACTIVE, "overrides", None)
+    if stack is None:
+        stack = _ACTIVE.overrides = []
+    return stack
+
+
+def overridden() -> bool:
+    """Whether a path is forced in this thread (replays are then bypassed)."""
+    return bool(getattr(_ACTIVE, "overrides", None))
+
+
+def forced(direction: str) -> str | None:
+    for layer in reversed(getattr(_ACTIVE, "overrides", None) or ()):
+        if layer[direction] is not None:
+            return layer[direction]
+    return None
+
+
+# ---- opt-in tuning ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def tuning(table_path: str | os.PathLike | None = None, allow_group: bool = False,
+           into: Table | None = None):  # fmt: skip
+    """Runtime tuning on, for calls made inside the block (any thread): each call class not in
+    the session's table is measured and tuned, and its choice added to the session's table
+    (`into`, or a new one) and saved to table_path when given. Entries the session holds are
+    read before every other table. One session at a time."""
+    global _SESSION
+    with _TUNING_LOCK:
+        if _SESSION is not None:
+            raise RuntimeError("rmsnorm: a tuning session is already open")
+        path = None if table_path is None else Path(table_path)
+        session_table = into if into is not None else (_read(path) if path else Table())
+        _SESSION = _Session(session_table, path, allow_group)
+        _forget_lookups()
+    try:
+        yield _SESSION.table
+    finally:
+        with _TUNING_LOCK:
+            _SESSION = None
+            _forget_lookups()
+
+
+def _session(device_index: int) -> _Session | None:
+    if _SESSION is not None:
+        return _SESSION
+    if not _TUNE_ENV or _HEURISTIC_ONLY:
+        return None
+    session = _ENV_SESSION.get(device_index)
+    if session is None:
+        path = cache_path(_device_name(device_index))
+        session = _ENV_SESSION[device_index] = _Session(_read(path), path, _TUNE_GROUP_ENV)
+    return session
+
+
+def measuring() -> bool:
+    """Whether this thread is measuring (launch._launch then tunes its kernels)."""
+    return getattr(_ACTIVE, "measuring", False)
+
+
+def is_group_path(name: str) -> bool:
+    return name.startswith("held_group")
+
+
+@functools.cache
+def private_stream(device_index: int) -> torch.cuda.ExternalStream:
+    """A CUDA stream of this module's own on the device, created by cudaStreamCreate (never
+    drawn from PyTorch's stream pool, whose streams other code shares: work another thread
+    queued on a pooled stream would be captured into a tuning's timing graph). Kept for the
+    process."""
+    with torch.cuda.device(device_index):
+        torch.cuda.init()
+        holder = ctypes.c_void_p()
+        create = getattr(torch.cuda.cudart(), "cudaStreamCreate", None)
+        if create is None:
+            raise RuntimeError(
+                "rmsnorm: runtime tuning needs a private CUDA stream, and this torch's "
+                "torch.cuda.cudart() has no cudaStreamCreate"
+            )
+        error = create(ctypes.addressof(holder))
+        code = int(getattr(error, "value", error))
+        if code != 0 or not holder.value:
+            raise RuntimeError(f"rmsnorm: cudaStreamCreate failed (cudaError {code})")
+        return torch.cuda.ExternalStream(holder.value, device=torch.device("cuda", device_index))
+
+
+def tunes(direction: str, dtypes: tuple, residual: bool, n: int, m: int, device) -> _Session | None:
+    """The tuning session that should measure this call now, or None: a session is open (or
+    RMSNORM_TRITON_TUNE=1), the call is on a CUDA device, not inside a capture, and its class
+    has no entry of the session's own yet. Raises where the host may not be synchronized."""
+    if device.type != "cuda":
+        return None
+    session = _session(device.index or 0)
+    if session is None:
+        return None
+    point = (entry_key(direction, dtypes, residual), n, dispatch_table.m_class(m))
+    if point in session.table:
+        return None
+    if torch.cuda.is_current_stream_capturing():
+        return None  # nothing can be timed inside a capture: the table or heuristic, unremembered
+    if torch.cuda.get_sync_debug_mode() != 0:
+        raise RuntimeError(
+            "rmsnorm: runtime tuning (RMSNORM_TRITON_TUNE=1 or dispatch.tuning()) synchronizes "
+            "the host to time candidates, and torch.cuda.get_sync_debug_mode() is "
+            f"{torch.cuda.get_sync_debug_mode()}; tune outside this mode, or turn tuning off "
+            "to use the committed table"
+        )
+    return session
+
+
+def tune_call(session: _Session, direction: str, dtypes: tuple, residual: bool, n: int, m: int,
+              paths: list, args: tuple, device, fastest, name_of) -> None:  # fmt: skip
+    """Measure the call's paths (fastest(paths, args): each path's first run tunes its
+    kernels; then each is timed), run the fastest once more to harvest its kernels'
+    configurations, and add the entry to the session. The caller's outputs are written by
+    these runs (every path writes the same outputs from the same inputs)."""
+    if not session.allow_group:
+        paths = [p for p in paths if not is_group_path(name_of(p))]
+    with _TUNING_LOCK:
+        stream = private_stream(device.index or 0)
+        outer = (measuring(), getattr(_ACTIVE, "stream", None))
+        _ACTIVE.measuring, _ACTIVE.stream = True, stream
+        try:
+            path = fastest(paths, args) if len(paths) > 1 else paths[0]
+            _ACTIVE.launched = launched = {}
+            try:
+                path(*args)
+            finally:
+                _ACTIVE.launched = None
+        finally:
+            _ACTIVE.measuring, _ACTIVE.stream = outer
+        key = entry_key(direction, dtypes, residual)
+        session.add(Entry(key, n, dispatch_table.m_class(m), name_of(path), launched))
+
+
+def tuning_stream():
+    """The private stream of the tuning running in this thread (tuning.fastest times on it)."""
+    return getattr(_ACTIVE, "stream", None)

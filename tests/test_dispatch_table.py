@@ -1,0 +1,202 @@
+"""The dispatch table (impls/triton_rmsnorm/dispatch_table.py): its file format, its lookup rule,
+the public path override and the tuning session's harvest (dispatch.py), on the CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from impls.triton_rmsnorm import dispatch, dispatch_table, launch
+from impls.triton_rmsnorm.dispatch_table import Entry, Key, Table
+from tests.conftest import DEVICE
+
+BF16 = ("bfloat16",) * 3
+KEY = Key("fwd", BF16, False)
+
+
+def _entry(n: int, m: int, path: str = "single_tile", key: Key = KEY, **config) -> Entry:
+    return Entry(key, n, m, path, {"rmsnorm_fwd_kernel": {"BLOCK_M": 1, "num_warps": 4, **config}})
+
+
+def test_gpu_slug():
+    assert dispatch_table.gpu_slug("NVIDIA H200") == "nvidia-h200"
+    assert dispatch_table.gpu_slug("NVIDIA GeForce RTX 4090") == "nvidia-geforce-rtx-4090"
+    with pytest.raises(ValueError, match="device_name"):
+        dispatch_table.gpu_slug("  ")
+
+
+def test_table_round_trips_one_entry_a_line_sorted(tmp_path):
+    table = Table([_entry(4096, 512), _entry(2048, 8), _entry(2048, 1)], {"gpu": "NVIDIA H200"})
+    path = tmp_path / "t.json"
+    table.save(path)
+    text = path.read_text()
+    data = json.loads(text)
+    assert data["format"] == dispatch_table.FORMAT and data["gpu"] == "NVIDIA H200"
+    assert [(e["n"], e["m"]) for e in data["entries"]] == [(2048, 1), (2048, 8), (4096, 512)]
+    entry_lines = [line for line in text.splitlines() if line.lstrip().startswith('{"direction"')]
+    assert len(entry_lines) == 3  # one entry a line: a diff shows each decision
+    loaded = Table.load(path)
+    assert loaded.entries() == table.entries() and loaded.meta == {"gpu": "NVIDIA H200"}
+    assert not list(tmp_path.glob("*.tmp"))  # the atomic write left nothing behind
+
+
+def test_lookup_rule_same_padded_width_then_nearest_n_then_nearest_m_class():
+    table = Table([_entry(2560, 64), _entry(3072, 8), _entry(3072, 4096), _entry(4096, 1),
+                   _entry(8192, 512)])  # fmt: skip
+    # N = 3000 pads to 4096: of 2560, 3072 and 4096 (all padded to 4096) 3072 is nearest
+    assert table.lookup(KEY, 3000, 100).m == 8  # floor(log2 100) = 6: 8 (3) nearer than 4096 (12)
+    assert table.lookup(KEY, 3000, 3000).m == 4096
+    # a tie in N's log distance takes the larger N; in M's, the larger class
+    assert table.lookup(KEY, int((2560 * 3072) ** 0.5) + 1, 1).n == 3072
+    assert table.lookup(KEY, 3072, 181).m == 8  # floor(log2 181) = 7: 8 (3) is 4 off, 4096 5
+    tie = Table([_entry(1024, 8), _entry(1024, 128)])
+    assert tie.lookup(KEY, 1024, 63).m == 128  # floor(log2 63) = 5: 3 and 7 both 2 off
+    # no entry of the same padded width (2048's, 16384's): nothing, the heuristic serves
+    assert table.lookup(KEY, 2048, 64) is None
+    assert table.lookup(KEY, 9000, 64) is None
+    # another key family: nothing
+    assert table.lookup(Key("fwd", BF16, True), 4096, 1) is None
+    assert table.lookup(Key("bwd", ("bfloat16",) * 4, False), 4096, 1) is None
+    # 5000..8192 pad to 8192
+    assert table.lookup(KEY, 5000, 1).n == 8192
+
+
+def test_later_entries_replace_and_merged_prefers_the_overlay():
+    base = Table([_entry(4096, 64, num_warps=4)])
+    over = Table([_entry(4096, 64, num_warps=8), _entry(4096, 1)])
+    merged = base.merged(over)
+    assert len(merged) == 2
+    assert merged.lookup(KEY, 4096, 64).configs["rmsnorm_fwd_kernel"]["num_warps"] == 8
+    assert (KEY, 4096, 1) in merged and (KEY, 4096, 8) not in merged
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[]", "format"),
+        ('{"format": "other"}', "format"),
+        (json.dumps({"format": dispatch_table.FORMAT, "entries": [{"direction": "fwd"}]}), "lacks"),
+        (json.dumps({"format": dispatch_table.FORMAT, "entries": [{**_entry(64, 1).to_json(), "direction": "up"}]}), "direction"),
+        (json.dumps({"format": dispatch_table.FORMAT, "entries": [{**_entry(64, 1).to_json(), "n": 0}]}), "n expected"),
+        (json.dumps({"format": dispatch_table.FORMAT, "entries": [{**_entry(64, 1).to_json(), "dtypes": ["half"] * 3}]}), "dtype"),
+        ("{", "not JSON"),
+    ],
+)  # fmt: skip
+def test_bad_tables_are_rejected_with_the_file_named(tmp_path, text, message):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message) as error:
+        Table.load(path)
+    assert "bad.json" in str(error.value)
+
+
+def test_committed_tables_are_package_data():
+    pyproject = (dispatch_table.TABLES_DIR.parents[2] / "pyproject.toml").read_text()
+    assert '"impls.triton_rmsnorm" = ["tables/*.json"]' in pyproject
+    for path in dispatch_table.TABLES_DIR.glob("*.json"):
+        Table.load(path)  # every committed table parses
+
+
+def test_path_names():
+    assert launch.path_name(launch._forward_single_tile) == "single_tile"
+    assert launch.path_name(launch._forward_looped) == "looped"
+    assert launch.path_name(launch._backward_wide) == "wide"
+    assert launch.path_name(launch._HELD_ROW_BACKWARDS[0]) == "held_row(warps=16)"
+    group = launch._held_group_forward_path(launch.HELD_GROUP_FORWARDS[0])
+    assert launch.path_name(group) == "held_group(slice_n=4096,ring=3,per_sm=6,warps=4)"
+    assert dispatch.is_group_path(launch.path_name(group))
+
+
+def _forward(n: int, m: int = 3):
+    torch.manual_seed(0)
+    x = torch.randn(m, n, device=DEVICE)
+    w = torch.randn(n, device=DEVICE)
+    return x, w
+
+
+def test_override_forces_a_path_through_the_front_door():
+    n = launch.FORWARD_LOOPED_FROM_N + 64  # single tile (default) or looped
+    x, w = _forward(n)
+    launch.take_launch_configs()
+    default = launch.rmsnorm_forward(x, w, 1e-6)[0]
+    assert "rmsnorm_fwd_kernel" in launch.take_launch_configs()
+    with dispatch.override(forward="looped"):
+        forced = launch.rmsnorm_forward(x, w, 1e-6)[0]
+    assert set(launch.take_launch_configs()) == {"rmsnorm_fwd_looped_kernel"}
+    torch.testing.assert_close(forced, default)
+    with (
+        dispatch.override(forward="held_row"),
+        pytest.raises(ValueError, match="offered: single_tile, looped"),
+    ):
+        launch.rmsnorm_forward(x, w, 1e-6)  # fmt: skip
+    with pytest.raises(TypeError, match="forward"), dispatch.override(forward=1):
+        pass
+    assert not dispatch.overridden()
+
+
+def test_override_bypasses_replays():
+    x, w = _forward(256)
+    launch.rmsnorm_forward(x, w, 1e-6)
+    launch.rmsnorm_forward(x, w, 1e-6)  # recorded: a replay now serves this signature
+    assert launch._REPLAYS
+    # a replay would serve the call without looking at the override; the dispatch raises
+    with dispatch.override(forward="looped"), pytest.raises(ValueError, match="not offered"):
+        launch.rmsnorm_forward(x, w, 1e-6)
+
+
+def test_a_tuning_session_harvests_the_measured_path_and_its_configurations(tmp_path, monkeypatch):
+    """dispatch.tune_call with the timing replaced (the CPU cannot time): the entry holds the
+    picked path's name and the configurations its kernels launched, and is saved; the grouped
+    paths are not offered to the measurement unless allowed."""
+    monkeypatch.setattr(dispatch, "private_stream", lambda index: None)
+    path = tmp_path / "cache.json"
+    session = dispatch._Session(Table(), path, allow_group=False)
+    x, w = _forward(256)
+    y = torch.empty_like(x)
+    rstd = torch.empty(x.shape[0], device=DEVICE)
+    args = (x, w, y, rstd, x, x, (256, 256, 256, 256), 1e-6, 0.0, False)
+    group = launch._held_group_forward_path(launch.HELD_GROUP_FORWARDS[0])
+    offered = []
+
+    def fastest(paths, _args):
+        offered.extend(paths)
+        assert dispatch.measuring()
+        return paths[1]
+
+    paths = [launch._forward_single_tile, launch._forward_looped, group]
+    dtypes = (x.dtype, w.dtype, y.dtype)
+    dispatch.tune_call(session, "fwd", dtypes, False, 256, 3, paths, args, x.device, fastest,
+                       launch.path_name)  # fmt: skip
+    assert offered == paths[:2]
+    assert not dispatch.measuring()
+    (entry,) = Table.load(path).entries()
+    assert entry.key == Key("fwd", ("float32",) * 3, False) and (entry.n, entry.m) == (256, 2)
+    assert entry.path == "looped"
+    assert set(entry.configs) == {"rmsnorm_fwd_looped_kernel"}
+    assert entry.configs["rmsnorm_fwd_looped_kernel"]["num_warps"] == 4  # the interpreter's
+    torch.testing.assert_close(y, launch.rmsnorm_forward(x, w, 1e-6)[0])
+
+
+def test_one_tuning_session_at_a_time(tmp_path):
+    with dispatch.tuning(tmp_path / "a.json") as table:
+        assert isinstance(table, Table)
+        with pytest.raises(RuntimeError, match="already open"), dispatch.tuning():
+            pass
+    with dispatch.tuning():
+        pass
+
+
+def test_tuner_cli_lists_its_grid(capsys):
+    from impls.triton_rmsnorm import tune
+
+    assert tune.main(["--list", "--directions", "fwd", "--dtypes", "bf16", "--no-presets",
+                      "--n", "64,4096", "--m", "1,16384", "--max-elements", str(1 << 20)]) == 0  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "3 points"  # 4096 x 16384 is past --max-elements
+    assert "fwd bfloat16 - n=64 m=16384" in lines
+    with pytest.raises(SystemExit):
+        tune.parse_args(["--dtypes", "int8"])
+    points = tune.grid(tune.parse_args(["--dtypes", "fp32", "--no-presets"]))
+    assert {p[3] for p in points} == {1024, 2048, 4096, 8192}  # fp32 takes fewer widths
