@@ -111,12 +111,15 @@ def test_the_model_sees_the_norm_it_is_given():
         ddp_step.ModelConfig(heads=4, kv_heads=3)
 
 
-def test_training_step_on_one_rank(tmp_path, one_rank):
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp2"])
+def test_training_step_on_one_rank(tmp_path, one_rank, parallel):
     """The whole script: three runs, the checks pass, the loss falls, the record is complete."""
     out = tmp_path / "ddp.json"
-    assert ddp_step.main([*TINY, "--out", str(out)]) == 0
+    fsdp = ["--fsdp"] if parallel == "fsdp2" else []
+    assert ddp_step.main([*TINY, *fsdp, "--out", str(out)]) == 0
     record = json.loads(out.read_text())
     assert record["status"] == "passed" and record["world_size"] == 1
+    assert record["parallel"] == parallel
     assert record["env"]["NCCL_NVLS_ENABLE"] == "0"
     (entry,) = record["results"].values()
     assert set(entry["runs"]) == {"ours", "stock", "reference"}
