@@ -346,7 +346,7 @@ def train(
         if step == 0:
             norm_grads = _norm_grads(model)
         optimizer.step()
-        mean = loss.detach().reshape(1).float()
+        mean = loss.detach().reshape(1).float().clone()  # all_reduce writes in place
         dist.all_reduce(mean)
         value = mean.item() / world  # waits for the step's kernels
         _synchronize(device)
@@ -411,11 +411,14 @@ def kernel_overlap(trace_events: list) -> dict:
         lowered = name.lower()
         return lowered.startswith("rmsnorm_") or "rms" in lowered or "norm" in lowered
 
+    def stream(e):  # Kineto writes a kernel's stream as args.stream and as its tid
+        return e.get("args", {}).get("stream", e.get("tid"))
+
     def overlap_us(e) -> float:
         start, end = float(e["ts"]), float(e["ts"]) + float(e["dur"])
         total = 0.0
         for n in nccl:
-            if n.get("tid") == e.get("tid"):
+            if stream(n) == stream(e):
                 continue  # the same stream: ordered, not overlapping
             n_start, n_end = float(n["ts"]), float(n["ts"]) + float(n["dur"])
             total += max(0.0, min(end, n_end) - max(start, n_start))

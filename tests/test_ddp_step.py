@@ -85,10 +85,12 @@ def test_kernel_overlap_counts_norm_kernels_beside_nccl_on_another_stream():
         {"cat": "kernel", "name": "rmsnorm_fwd_kernel", "ts": 10, "dur": 10, "tid": 7},
         {"cat": "kernel", "name": "rmsnorm_dw_reduce_kernel", "ts": 140, "dur": 20, "tid": 20},
         {"cat": "kernel", "name": "sm90_gemm", "ts": 90, "dur": 20, "tid": 7},
+        {"cat": "kernel", "name": "rmsnorm_bwd_columns_kernel", "ts": 100, "dur": 5, "tid": 9,
+         "args": {"stream": 20}},  # the NCCL kernel's stream, by its args
         {"cat": "cpu_op", "name": "aten::mm", "ts": 100, "dur": 50, "tid": 1},
     ]  # fmt: skip
     found = ddp_step.kernel_overlap(events)
-    assert found["nccl_kernels"] == 1 and found["norm_kernels"] == 3
+    assert found["nccl_kernels"] == 1 and found["norm_kernels"] == 4
     # the dw reduction shares the NCCL kernel's stream: ordered, not beside it
     assert found["norm_kernels_beside_nccl"] == 1
     assert found["norm_kernel_names_beside_nccl"] == ["rmsnorm_bwd_kernel"]
