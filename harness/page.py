@@ -1,0 +1,229 @@
+"""python -m harness.page: the results page (results/README.md) from a GPU's index of current runs.
+
+The index (e.g. results/nvidia-h200/INDEX.md) is a markdown table, one line per current run:
+``| run | file | plot | what |``. A file ending in .jsonl is a harness.compare run and gets a
+section (its plot, ranked tables and ours against the fastest peer); a harness.overhead JSON gets
+a host-overhead table; any other file (a GPU test log) is listed only. Adding a current run is
+one line in the index; superseded files move to the index's archive/ folder.
+
+The page keeps to the device-only and host-inclusive rankings per run; per-shape tables come
+from ``python -m harness.compare --from <file> --per-shape``. The per-target status is the
+"In short" block of the targets file beside the index (targets.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+#: Columns every index must have (more may follow; they are shown in the runs table).
+INDEX_COLUMNS = ("run", "file", "plot", "what")
+
+
+def read_index(path: Path) -> list[dict]:
+    """The index's table rows as dicts keyed by its (lower-cased) header; paths resolved against
+    the index's folder. Raises ValueError naming the file when the table or a column is missing."""
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    table = [line for line in lines if line.startswith("|")]
+    if len(table) < 2:
+        raise ValueError(f"index {path}: expected a markdown table '| run | file | plot | what |'")
+    header = [cell.strip().lower() for cell in table[0].strip("|").split("|")]
+    missing = [c for c in INDEX_COLUMNS if c not in header]
+    if missing:
+        raise ValueError(f"index {path}: table lacks column(s) {missing}; has {header}")
+    rows = []
+    for line in table[2:]:
+        cells = [cell.strip().strip("`") for cell in line.strip("|").split("|")]
+        if len(cells) != len(header):
+            raise ValueError(
+                f"index {path}: row {line!r} has {len(cells)} cells, header {len(header)}"
+            )
+        row = dict(zip(header, cells, strict=True))
+        row["path"] = path.parent / row["file"]
+        row["plot_path"] = path.parent / row["plot"] if row["plot"] not in ("", "-") else None
+        if not row["path"].exists():
+            raise ValueError(f"index {path}: {row['run']}: file {row['path']} does not exist")
+        rows.append(row)
+    return rows
+
+
+def in_short(targets: Path) -> str:
+    """The targets file's "**In short**" block (up to the next bold paragraph or table)."""
+    if not targets.exists():
+        return ""
+    lines = targets.read_text(encoding="utf-8").splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("**In short**")), None)
+    if start is None:
+        return ""
+    end = start + 1
+    while end < len(lines) and not (lines[end].startswith("**") or lines[end].startswith("|")):
+        end += 1
+    return "\n".join(lines[start:end]).strip()
+
+
+def _table(headers: list[str], body: list[list]) -> str:
+    """A markdown table without column padding (the page's size is its cells)."""
+    row = lambda cells: "| " + " | ".join(str(c) for c in cells) + " |"  # noqa: E731
+    return "\n".join([row(headers), row(["---"] * len(headers)), *(row(line) for line in body)])
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def mode_table(rows: list[dict], mode: str, op: str) -> str:
+    """One line per backend of op: device-only and host-inclusive geomean GB/s over the cases
+    every ranked backend ran, each timing's rank, % of the copy ceiling and the oracle's verdict
+    (device-only order; a backend only timed host-inclusive follows)."""
+    from harness import report
+
+    timings = report.timings_of([r for r in rows if report.op_of(r) == op], mode)
+    rankings = {t: {e["backend"]: e for e in report.ranking(rows, mode, t, op)} for t in timings}
+    order = list(dict.fromkeys(b for t in timings for b in rankings[t]))
+    headers = ["backend", "cases"]
+    for t in timings:
+        headers += [f"{t} rank", f"{t} GB/s"] + (["% ceiling"] if t == "device" else [])
+    headers += ["err/bound", "oracle"]
+    body = []
+    for backend in order:
+        first = next(rankings[t][backend] for t in timings if backend in rankings[t])
+        line = [backend, first["cases"]]
+        for t in timings:
+            e = rankings[t].get(backend)
+            ceiling = t == "device"
+            if e is None:
+                line += ["", ""] + ([""] if ceiling else [])
+                continue
+            gbps = e["common_geomean_gbps"] if e["common_cases"] else e["geomean_gbps"]
+            line += [e["rank"], _fmt(gbps, ".0f")]
+            line += [_fmt(e["geomean_pct_ceiling"], ".1f")] if ceiling else []
+        verdict = first["oracle"] + (" SUSPECT" if first["suspect"] else "")
+        line += [_fmt(first["worst_bound_use"], ".2f"), verdict]
+        body.append(line)
+    notes = sorted({f"{e['backend']}: {n}" for t in timings for e in rankings[t].values()
+                    for n in e["not_run"]})  # fmt: skip
+    text = _table(headers, body)
+    return text + ("\n\nNot measured: " + "; ".join(notes) if notes else "")
+
+
+def versus_line(rows: list[dict], mode: str, timing: str, op: str) -> str:
+    """Ours against the fastest peer that passed the oracle, per case, in one line."""
+    from harness import report
+
+    entries = report.versus(rows, mode, timing, op)
+    if not entries:
+        return ""
+    ratios = [e["ratio"] for e in entries]
+    worst = min(entries, key=lambda e: e["ratio"])
+    ahead = sum(r >= 1 - report.TIE for r in ratios)
+    geomean = report._geomean(ratios)
+    return (f"{mode}, {timing}: geomean {geomean:.3f} of the fastest peer, ahead or tied (within "
+            f"{report.TIE:.0%}) at {ahead} of {len(ratios)} cases; worst {worst['ratio']:.2f} at "
+            f"{worst['m']}x{worst['n']} {worst['dtype']} ({worst['peer']})")  # fmt: skip
+
+
+def overhead_table(path: Path) -> str:
+    """A harness.overhead JSON as a table: host and device microseconds a call per backend."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    body = [[r["backend"], r["mode"], _fmt(r.get("host_us"), ".1f"), _fmt(r.get("device_us"), ".1f"),
+             r.get("status", "")] for r in data.get("rows", [])]  # fmt: skip
+    shape = "x".join(str(s) for s in data.get("shape", []))
+    head = f"Host overhead at {shape} {data.get('dtype', '')} (`python -m harness.overhead`):\n\n"
+    return head + _table(["backend", "mode", "host µs", "device µs", "status"], body)
+
+
+def _provenance_line(provenance: dict, ceiling: dict) -> str:
+    v = provenance.get("versions", {})
+    peers = ", ".join(f"{k} {val}" for k, val in v.items() if val and k not in ("torch", "triton"))
+    line = (f"{provenance.get('gpu')}, driver {provenance.get('driver')}; torch {v.get('torch')}, "
+            f"triton {v.get('triton')}; peers: {peers or '-'}; commit {provenance.get('commit')}, "
+            f"{(provenance.get('date') or '')[:16]}")  # fmt: skip
+    if ceiling.get("ceiling_gbps"):
+        line += f"; copy ceiling {ceiling['ceiling_gbps']:.0f} GB/s"
+    return line
+
+
+def build_page(index: Path, out: Path, make_plots: bool = True) -> str:
+    """The page's text; plots named in the index that do not exist are drawn (make_plots)."""
+    from harness import report, results
+
+    entries = read_index(index)
+    rel = lambda p: os.path.relpath(p, out.parent)  # noqa: E731
+    extra = (
+        [c for c in entries[0] if c not in (*INDEX_COLUMNS, "path", "plot_path")] if entries else []
+    )
+    runs_table = _table(
+        ["#", "run", "file", *extra, "what"],
+        [[f"[{i}](#run-{i})" if e["path"].suffix in (".jsonl", ".json") else i, e["run"],
+          f"[{e['file']}]({rel(e['path'])})", *(e[c] for c in extra), e["what"]]
+         for i, e in enumerate(entries, 1)],
+    )  # fmt: skip
+    command = f"python -m harness.page {index} --out {out}"
+    lines = [
+        "# RMSNorm results: the current runs",
+        "",
+        f"Generated by `{command}` from the index [{rel(index)}]({rel(index)}), one line per current "
+        "run; do not edit by hand. Superseded runs are in the index's `archive/` folder, probe "
+        "outputs in `probes/` beside it (their scripts: `experiments/`). Per-shape tables of a run: "
+        "`python -m harness.compare --from <file> --per-shape`.",
+        "",
+        "GB/s = counted bytes / time (rmsnorm fwd 2·M·N elements, bwd 3·M·N; add_rmsnorm 4·M·N "
+        "each): a model of the traffic, not a DRAM counter. `device` = CUDA-graph replay over "
+        "rotating inputs (> 3x L2); `host` = do_bench median, host overhead included. GB/s is the "
+        "geomean over the cases every ranked backend ran; `% ceiling` the geomean of per-case "
+        "bandwidth over the run's 2 GiB copy; `err/bound` the largest error against the fp32 "
+        "oracle as a fraction of the backend's written bound (at most 1 passes). A backend that "
+        "fails the oracle is listed after those that pass, never ranked among them.",
+        "",
+        runs_table,
+        "",
+    ]
+    status = in_short(index.parent / "targets.md")
+    if status:
+        lines += ["## Where our kernel stands (H200)", "",
+                  f"From [{rel(index.parent / 'targets.md')}]({rel(index.parent / 'targets.md')}), "
+                  "which has the numbers and runs behind each line; run numbers are this page's.",
+                  "", status, ""]  # fmt: skip
+    for i, e in enumerate(entries, 1):
+        path = e["path"]
+        if path.suffix == ".jsonl":
+            provenance, ceiling, rows = results.load(path)
+            lines += [f'<a id="run-{i}"></a>', "", f"## Run {i}: {e['run']}", "",
+                      f"`{rel(path)}`: {e['what']}. {_provenance_line(provenance, ceiling)}.", ""]  # fmt: skip
+            if e["plot_path"] is not None:
+                if make_plots and not e["plot_path"].exists():
+                    ops = report.ops_in(rows)
+                    report.plot(rows, str(e["plot_path"]), title=f"{e['run']}, {path.name}",
+                                op=ops[0] if ops else "rmsnorm")  # fmt: skip
+                if e["plot_path"].exists():
+                    lines += [f"![bandwidth, {e['run']}]({rel(e['plot_path'])})", ""]
+            for op in report.ops_in(rows):
+                for mode in ("fwd", "bwd"):
+                    if not any(r["mode"] == mode and report.op_of(r) == op for r in rows):
+                        continue
+                    lines += [f"### {op} {mode}", "", mode_table(rows, mode, op), ""]
+                    versus = [versus_line(rows, mode, t, op) for t in report.timings_of(rows, mode)]
+                    lines += [f"- {v}" for v in versus if v] + [""]
+        elif path.suffix == ".json":
+            lines += [f'<a id="run-{i}"></a>', "", f"## Run {i}: {e['run']}", "",
+                      f"`{rel(path)}`: {e['what']}.", "", overhead_table(path), ""]  # fmt: skip
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m harness.page", description=__doc__.splitlines()[0])
+    p.add_argument("index", type=Path, help="the GPU's index of current runs (INDEX.md)")
+    p.add_argument("--out", type=Path, default=Path("results/README.md"), help="the page to write")
+    p.add_argument("--no-plots", action="store_true", help="do not draw plots that are missing")
+    args = p.parse_args(argv)
+    text = build_page(args.index, args.out, make_plots=not args.no_plots)
+    args.out.write_text(text, encoding="utf-8")
+    print(f"results page written to {args.out} ({len(text.encode())} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
