@@ -15,12 +15,12 @@ from impls.triton_rmsnorm import launch
 from tests import sm90_compile
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
+from tests.helpers import ON_NVIDIA_GPU, TOL
+from tests.helpers import assert_matches_oracle as _assert_matches_oracle
 from tests.test_held_row_backward import (
-    ON_NVIDIA_GPU,
     assert_every_slice_published,
     record_exchanges,
 )
-from tests.test_triton_features import TOL, _assert_matches_oracle
 
 WIDEST = launch.HELD_ROW_MAX_N
 needs_held_row_gpu = pytest.mark.skipif(

@@ -13,14 +13,14 @@ from impls.triton_rmsnorm import dispatch, launch
 from tests import sm90_compile
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
-from tests.test_residual import _check as _check_residual
-from tests.test_triton_features import _assert_matches_oracle
+from tests.helpers import ON_NVIDIA_GPU
+from tests.helpers import assert_matches_oracle as _assert_matches_oracle
+from tests.helpers import check_residual as _check_residual
 
 WIDEST = launch.HELD_BACKWARD_MAX_N
 NARROWEST = launch.BACKWARD_SINGLE_TILE_MAX_N + 16
 #: Shared memory a program may ask for on the H100 and H200.
 HOPPER_SHARED = 232448
-ON_NVIDIA_GPU = DEVICE == "cuda" and torch.version.hip is None
 needs_held_row_gpu = pytest.mark.skipif(
     not (
         ON_NVIDIA_GPU

@@ -14,10 +14,11 @@ from impls.triton_rmsnorm import launch
 from tests import sm90_compile
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
-from tests.test_triton_features import _assert_matches_oracle
+from tests.helpers import ON_NVIDIA_GPU
+from tests.helpers import assert_matches_oracle as _assert_matches_oracle
 
 WIDEST = launch.BACKWARD_SINGLE_TILE_MAX_N
-HELD_ON_THIS_GPU = DEVICE == "cuda" and torch.version.hip is None
+HELD_ON_THIS_GPU = ON_NVIDIA_GPU
 needs_nvidia_gpu = pytest.mark.skipif(
     not HELD_ON_THIS_GPU, reason="HOLD_STORAGE_FORM runs on NVIDIA GPUs only (inline PTX)"
 )
@@ -109,7 +110,7 @@ def test_held_backward_matches_the_oracle(shape, dtype, w_dtype, out_dtype):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=lambda d: DTYPE_NAMES[d])
 def test_held_backward_with_a_residual(dtype):
     """The gradient arriving on h (HAS_DH_OUT) added in the held backward."""
-    from tests.test_residual import _check
+    from tests.helpers import check_residual as _check
 
     assert launch.backward_holds_storage_form(WIDEST, dtype, dtype)
     _check((41, WIDEST), dtype)
@@ -212,7 +213,7 @@ def test_held_forward_matches_the_oracle(shape, dtype, w_dtype):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=lambda d: DTYPE_NAMES[d])
 def test_held_forward_with_a_residual(dtype):
     """h = x + r is formed, rounded, written, and held as rounded."""
-    from tests.test_residual import _check
+    from tests.helpers import check_residual as _check
 
     assert launch.forward_holds_storage_form(FORWARD_FROM, dtype)
     _check((9, FORWARD_FROM), dtype)

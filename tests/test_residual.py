@@ -6,43 +6,13 @@ import pytest
 import torch
 
 from harness.inputs import make_inputs
-from harness.oracle import RESIDUAL_SUM_TOLERANCE, TOLERANCES, compare, reference_residual
-from impls import get_backend
+from harness.oracle import compare, reference_residual
 from impls.triton_rmsnorm import rmsnorm
 from impls.triton_rmsnorm.launch import SINGLE_TILE_MAX_N
 from tests.cases import DTYPE_NAMES
-from tests.conftest import DEVICE, ON_GPU
-
-#: Our kernel's bounds: fused_fp32 on a GPU, the interpreter's variant on a CPU.
-OURS = TOLERANCES[get_backend("triton").numerics]
-
-TOL = OURS
-
-
-def _run(x, r, w, dy, dh, eps, fn=rmsnorm):
-    leaves = [t.detach().requires_grad_(True) for t in (x, r, w)]
-    y, h = fn(leaves[0], leaves[2], eps, residual=leaves[1])
-    grads = torch.autograd.grad((y, h), leaves, (dy, dh))
-    return y, h, grads
-
-
-def _check(shape, dtype, fn=rmsnorm):
-    a = make_inputs(shape, dtype, DEVICE)
-    b = make_inputs(shape, dtype, DEVICE)
-    x, r, w, dy, dh, eps = a.x, b.x, a.weight, a.dy, b.dy, a.eps
-    y, h, (dx, dr, dw) = _run(x, r, w, dy, dh, eps, fn)
-    ref = reference_residual(x, r, w, eps, dy, dh, normalized=h.detach())
-    n, m = shape[-1], x.numel() // shape[-1]
-    if ON_GPU or dtype != torch.bfloat16:
-        # Rounded to nearest, x + r is exact to the last bit. (Triton's CPU interpreter truncates
-        # fp32 -> bf16, so there h may sit 1 ulp toward zero, inside RESIDUAL_SUM_TOLERANCE.)
-        assert torch.equal(h, x + r)
-    checks = [("h", h, ref.h, RESIDUAL_SUM_TOLERANCE, n), ("y", y, ref.y, TOL["y"], n),
-              ("dx", dx, ref.dx, TOL["dx"], n), ("dr", dr, ref.dx, TOL["dx"], n),
-              ("dw", dw, ref.dw, TOL["dw"], m)]  # fmt: skip
-    for name, got, want, tol, k in checks:
-        report = compare(name, got, want, dtype, tol, k)
-        assert report.passed, report.summary()
+from tests.conftest import DEVICE
+from tests.helpers import TOL
+from tests.helpers import check_residual as _check
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from impls.triton_rmsnorm import kernels, launch
 from tests import sm90_compile
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
-from tests.test_triton_features import _assert_matches_oracle
+from tests.helpers import assert_matches_oracle as _assert_matches_oracle
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 
@@ -131,7 +131,7 @@ def test_strided_rows_in_the_pattern():
 def test_later_calls_replay_it_with_the_same_bits():
     """A signature's later calls repeat the recorded launches (launch._REPLAYS): the shifted
     kernels, with their grid, give the first call's bits."""
-    from tests.test_triton_features import _grads
+    from tests.helpers import grads as _grads
 
     inputs = make_inputs((37, 4095), BF16, DEVICE)
     first = _grads(inputs.x, inputs.weight, inputs.dy)
@@ -163,7 +163,7 @@ def test_the_forward_takes_it_only_where_every_row_shifts_alike():
 def test_with_a_residual(dtype):
     """h = x + r formed, rounded and written in the shifted frame, and the gradient arriving on h
     (HAS_DH_OUT) read in it."""
-    from tests.test_residual import _check
+    from tests.helpers import check_residual as _check
 
     launch.take_launch_configs()
     _check((45, 4093), dtype)

@@ -7,37 +7,14 @@ import pytest
 import torch
 
 from harness.inputs import make_inputs
-from harness.oracle import TOLERANCES, compare, reference
-from impls import get_backend
+from harness.oracle import compare, reference
 from impls.triton_rmsnorm import dispatch, rmsnorm
 from impls.triton_rmsnorm.function import _rows
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
-
-#: Our kernel's bounds: fused_fp32 on a GPU, the interpreter's variant on a CPU.
-OURS = TOLERANCES[get_backend("triton").numerics]
-
-TOL = OURS
-
-
-def _grads(x, w, dy, **kwargs):
-    x_leaf = x.detach().requires_grad_(True)
-    w_leaf = w.detach().requires_grad_(True)
-    y = rmsnorm(x_leaf, w_leaf, 1e-5, **kwargs)
-    dx, dw = torch.autograd.grad(y, (x_leaf, w_leaf), dy.to(y.dtype))
-    return y, dx, dw
-
-
-def _assert_matches_oracle(x, w, dy, **kwargs):
-    y, dx, dw = _grads(x, w, dy, **kwargs)
-    ref = reference(x, w, 1e-5, dy.to(y.dtype), offset=kwargs.get("offset", 0.0),
-                    out_dtype=kwargs.get("out_dtype"))  # fmt: skip
-    n, m = x.shape[-1], x.numel() // x.shape[-1]
-    for name, got, want, dtype, k in (("y", y, ref.y, y.dtype, n), ("dx", dx, ref.dx, x.dtype, n),
-                                      ("dw", dw, ref.dw, w.dtype, m)):  # fmt: skip
-        report = compare(name, got, want, dtype, TOL[name], k)
-        assert report.passed, report.summary()
-    return y, dx, dw
+from tests.helpers import TOL
+from tests.helpers import assert_matches_oracle as _assert_matches_oracle
+from tests.helpers import grads as _grads
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
@@ -416,7 +393,7 @@ def test_pipelined_loops_with_a_residual(monkeypatch, stages, shape):
     """The residual add pipelined: the single-tile forward's tile loop writing h (persistent
     grid), and the backward's loops reading the gradient on h (HAS_DH_OUT): the wide
     backward's column loop at N = 20000, the single-tile backward's row loop at N = 512."""
-    from tests.test_residual import _check
+    from tests.helpers import check_residual as _check
 
     launch = _pipelined_launches(monkeypatch, stages, 2 * 2)  # bf16 x and r
     _check(shape, torch.bfloat16)

@@ -13,8 +13,8 @@ from harness.inputs import make_inputs
 from impls.triton_rmsnorm import direct, launch, rmsnorm
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
-from tests.test_residual import _check as _check_residual
-from tests.test_triton_features import _assert_matches_oracle
+from tests.helpers import assert_matches_oracle as _assert_matches_oracle
+from tests.helpers import check_residual as _check_residual
 
 KERNEL = "rmsnorm_bwd_two_role_kernel"
 
