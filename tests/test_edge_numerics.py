@@ -12,6 +12,7 @@ from harness.oracle import TOLERANCES, compare, reference
 from impls import get_backend
 from impls.triton_rmsnorm import rmsnorm
 from tests.conftest import DEVICE, ON_GPU
+from tests.helpers import needs_gpu
 
 #: Our kernel's bounds: fused_fp32 on a GPU, the interpreter's variant on a CPU.
 OURS = TOLERANCES[get_backend("triton").numerics]
@@ -58,9 +59,7 @@ def test_tiny_fp32_inputs_follow_the_oracle():
     assert result.passed, result.summary()
 
 
-@pytest.mark.skipif(
-    not ON_GPU, reason="needs a CUDA device: 2**31 elements do not fit the interpreter"
-)
+@needs_gpu("2**31 elements do not fit the interpreter")
 def test_offsets_beyond_2_to_the_31():
     """M*N > 2**31 bf16 elements (4.3 GB): the last rows, past the int32 range, are right."""
     n = 8192

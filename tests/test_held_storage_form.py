@@ -11,17 +11,13 @@ import torch
 
 from harness.inputs import make_inputs
 from impls.triton_rmsnorm import launch
-from tests import sm90_compile
+from tests import helpers, sm90_compile
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
-from tests.helpers import ON_NVIDIA_GPU
 from tests.helpers import assert_matches_oracle as _assert_matches_oracle
 
 WIDEST = launch.BACKWARD_SINGLE_TILE_MAX_N
-HELD_ON_THIS_GPU = ON_NVIDIA_GPU
-needs_nvidia_gpu = pytest.mark.skipif(
-    not HELD_ON_THIS_GPU, reason="HOLD_STORAGE_FORM runs on NVIDIA GPUs only (inline PTX)"
-)
+needs_nvidia_gpu = helpers.needs_nvidia_gpu("HOLD_STORAGE_FORM runs inline PTX")
 
 
 def test_launch_asks_for_it_at_wide_16_bit_tiles_on_nvidia_gpus_only(monkeypatch):
