@@ -120,9 +120,9 @@ def versus_line(rows: list[dict], mode: str, timing: str, op: str) -> str:
     worst = min(entries, key=lambda e: e["ratio"])
     ahead = sum(r >= 1 - report.TIE for r in ratios)
     geomean = report._geomean(ratios)
-    return (f"{mode}, {timing}: geomean {geomean:.3f} of the fastest peer, ahead or tied (within "
-            f"{report.TIE:.0%}) at {ahead} of {len(ratios)} cases; worst {worst['ratio']:.2f} at "
-            f"{worst['m']}x{worst['n']} {worst['dtype']} ({worst['peer']})")  # fmt: skip
+    return (f"{mode}, {timing}: {geomean:.3f} of the fastest peer (geomean), ahead or tied at "
+            f"{ahead}/{len(ratios)}; worst {worst['ratio']:.2f}, {worst['m']}x{worst['n']} "
+            f"{worst['dtype']} ({worst['peer']})")  # fmt: skip
 
 
 def overhead_table(path: Path) -> str:
@@ -135,14 +135,22 @@ def overhead_table(path: Path) -> str:
     return head + _table(["backend", "mode", "host µs", "device µs", "status"], body)
 
 
-def _provenance_line(provenance: dict, ceiling: dict) -> str:
+def _software(provenance: dict) -> str:
+    """GPU, driver and versions: what a run ran on (the same for most runs of a page)."""
     v = provenance.get("versions", {})
     peers = ", ".join(f"{k} {val}" for k, val in v.items() if val and k not in ("torch", "triton"))
-    line = (f"{provenance.get('gpu')}, driver {provenance.get('driver')}; torch {v.get('torch')}, "
-            f"triton {v.get('triton')}; peers: {peers or '-'}; commit {provenance.get('commit')}, "
-            f"{(provenance.get('date') or '')[:16]}")  # fmt: skip
+    return (f"{provenance.get('gpu')}, driver {provenance.get('driver')}; torch {v.get('torch')}, "
+            f"triton {v.get('triton')}; peers: {peers or '-'}")  # fmt: skip
+
+
+def _provenance_line(provenance: dict, ceiling: dict, previous_software: str | None) -> str:
+    """Commit, date and copy ceiling; the software too where it differs from the run before."""
+    line = f"Commit {provenance.get('commit')}, {(provenance.get('date') or '')[:16]}"
     if ceiling.get("ceiling_gbps"):
         line += f"; copy ceiling {ceiling['ceiling_gbps']:.0f} GB/s"
+    software = _software(provenance)
+    if software != previous_software:
+        line += f"; {software}"
     return line
 
 
@@ -162,6 +170,7 @@ def build_page(index: Path, out: Path, make_plots: bool = True) -> str:
          for i, e in enumerate(entries, 1)],
     )  # fmt: skip
     command = f"python -m harness.page {index} --out {out}"
+    tie = f"{report.TIE:.0%}"
     lines = [
         "# RMSNorm results: the current runs",
         "",
@@ -176,7 +185,8 @@ def build_page(index: Path, out: Path, make_plots: bool = True) -> str:
         "geomean over the cases every ranked backend ran; `% ceiling` the geomean of per-case "
         "bandwidth over the run's 2 GiB copy; `err/bound` the largest error against the fp32 "
         "oracle as a fraction of the backend's written bound (at most 1 passes). A backend that "
-        "fails the oracle is listed after those that pass, never ranked among them.",
+        "fails the oracle is listed after those that pass, never ranked among them. Under each "
+        f"table: ours against the fastest peer that passed, per case; tied = within {tie}.",
         "",
         runs_table,
         "",
@@ -187,12 +197,15 @@ def build_page(index: Path, out: Path, make_plots: bool = True) -> str:
                   f"From [{rel(index.parent / 'targets.md')}]({rel(index.parent / 'targets.md')}), "
                   "which has the numbers and runs behind each line; run numbers are this page's.",
                   "", status, ""]  # fmt: skip
+    software = None  # the previous run's, shown again only when it changes
     for i, e in enumerate(entries, 1):
         path = e["path"]
         if path.suffix == ".jsonl":
             provenance, ceiling, rows = results.load(path)
+            line = _provenance_line(provenance, ceiling, software)
+            software = _software(provenance)
             lines += [f'<a id="run-{i}"></a>', "", f"## Run {i}: {e['run']}", "",
-                      f"`{rel(path)}`: {e['what']}. {_provenance_line(provenance, ceiling)}.", ""]  # fmt: skip
+                      f"`{rel(path)}`: {e['what']}. {line}.", ""]  # fmt: skip
             if e["plot_path"] is not None:
                 if make_plots and not e["plot_path"].exists():
                     ops = report.ops_in(rows)
