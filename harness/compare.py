@@ -72,7 +72,35 @@ def _parser() -> argparse.ArgumentParser:
         help="rank stored results files (or pytest-benchmark JSON) without measuring; each file "
         "is one run and is ranked on its own",
     )
+    p.add_argument(
+        "--costs",
+        nargs="+",
+        default=[],
+        choices=["host_us", "batch_invariance", "first_call"],
+        help="opt-in cost columns (harness.costs): host_us (host us per call, GPU kept busy), "
+        "batch_invariance (bitwise, by M), first_call (cold and warm compile caches, first-call "
+        "memory, cross-process determinism: two fresh processes per backend and dtype; slow)",
+    )
+    p.add_argument(
+        "--first-call-shapes",
+        nargs="+",
+        default=None,
+        metavar="SHAPE",
+        help="the cases --costs first_call covers (default: every case of the run)",
+    )
     p.add_argument("--per-shape", action="store_true", help="also print GB/s per shape")
+    p.add_argument(
+        "--plot-n",
+        type=Path,
+        default=None,
+        help="write bandwidth against N per backend (fwd and bwd panels, PNG)",
+    )
+    p.add_argument(
+        "--plot-first-call",
+        type=Path,
+        default=None,
+        help="write first-call seconds per backend, cold and warm caches (PNG)",
+    )
     p.add_argument(
         "--plot",
         type=Path,
@@ -125,11 +153,20 @@ def main(argv: list[str] | None = None) -> int:
                     if args.per_shape:
                         print()
                         print(report.per_shape_table(rows, mode, timing, op))
+                if report.has_costs(rows, op, mode):
+                    print(f"\n## {op} {mode}, costs per backend\n")
+                    print(report.costs_table(rows, op, mode))
         if plot is not None:
             ops = report.ops_in(rows)
             report.plot(rows, str(plot), title=f"{ops[0] if ops else 'RMSNorm'} on "
                         f"{provenance.get('gpu') or 'CPU'}, {source}", op=ops[0] if ops else "rmsnorm")  # fmt: skip
             print(f"\nplot written to {plot}")
+        if args.plot_n is not None:
+            report.plot_vs_n(rows, str(args.plot_n))
+            print(f"plot written to {args.plot_n}")
+        if args.plot_first_call is not None:
+            report.plot_first_call(rows, str(args.plot_first_call))
+            print(f"plot written to {args.plot_first_call}")
         print()
     if args.markdown is not None:
         command = "python -m harness.compare " + " ".join(
@@ -185,6 +222,10 @@ def _measure(args):
         modes=args.modes,
         timings=timings,
         ceiling_gbps=ceiling.get("ceiling_gbps"),
+        costs=args.costs,
+        first_call_shapes=None
+        if args.first_call_shapes is None
+        else [shapes.parse_shape(s) for s in args.first_call_shapes],
     )
     path = results.fresh_path(args.out or results.default_path(info))
     writer = results.ResultWriter(path)
