@@ -290,6 +290,13 @@ def _provenance_table(provenance: dict, ceiling: dict) -> list[str]:
         f"| presets | {', '.join(provenance.get('presets') or []) or 'explicit shapes'} |",
         f"| our launch configs | {'autotuned' if provenance.get('triton_autotune', True) else 'heuristic'} |",
     ]
+    dispatch = provenance.get("torch_rms_norm")
+    if dispatch:
+        lines.append(
+            f"| F.rms_norm ran | fwd: {dispatch.get('route_fwd', '-')}, bwd: "
+            f"{dispatch.get('route_bwd', '-')} (torch._native: {dispatch.get('torch_native')}, "
+            f"TORCH_DISABLE_NATIVE_JIT={dispatch.get('TORCH_DISABLE_NATIVE_JIT')}) |"
+        )
     if provenance.get("provenance_note"):
         lines.append(f"| note | {provenance['provenance_note']} |")
     if ceiling.get("ceiling_gbps"):
