@@ -88,6 +88,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SHAPE",
         help="the cases --costs first_call covers (default: every case of the run)",
     )
+    p.add_argument(
+        "--ncu",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a harness.ncu_bytes JSON file: print its DRAM-bytes table and add it to --markdown",
+    )
     p.add_argument("--per-shape", action="store_true", help="also print GB/s per shape")
     p.add_argument(
         "--plot-n",
@@ -168,6 +175,12 @@ def main(argv: list[str] | None = None) -> int:
             report.plot_first_call(rows, str(args.plot_first_call))
             print(f"plot written to {args.plot_first_call}")
         print()
+    ncu_text = None
+    if args.ncu is not None:
+        import json
+
+        ncu_text = report.ncu_table(json.loads(args.ncu.read_text(encoding="utf-8"))["records"])
+        print(f"## DRAM bytes (Nsight Compute) beside the byte model, {args.ncu}\n\n{ncu_text}\n")
     if args.markdown is not None:
         command = "python -m harness.compare " + " ".join(
             argv if argv is not None else sys.argv[1:]
@@ -177,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         page = report.markdown_page(
             [(*run, plot) for run, plot in zip(runs, rel, strict=True)], command, notes
         )
+        if ncu_text:
+            page += ("\n\n## DRAM bytes (Nsight Compute) beside the byte model\n\n"
+                     f"From `{args.ncu}` (harness/ncu_bytes.py).\n\n{ncu_text}")  # fmt: skip
         args.markdown.write_text(page + "\n", encoding="utf-8")
         print(f"results page written to {args.markdown}")
     return 0
