@@ -13,9 +13,9 @@
   differing elements. None (n/a) for a single-row case.
 - first-call columns (``first_call``, slow: two fresh processes per backend and dtype, see
   ``first_call_costs``): ``first_call_cold_s`` with empty compile caches (TRITON_CACHE_DIR,
-  TORCHINDUCTOR_CACHE_DIR, CUTE_DSL_CACHE_DIR, FlashInfer's workspace, the driver's
-  CUDA_CACHE_PATH, XDG_CACHE_HOME, all pointed at a new folder), ``first_call_warm_s`` in a second
-  process with those caches as the first left them; ``first_extra_mem_bytes``: the first call's
+  TORCHINDUCTOR_CACHE_DIR, CUTE_DSL_CACHE_DIR, QUACK_CACHE_DIR, FlashInfer's workspace, the
+  driver's CUDA_CACHE_PATH, XDG_CACHE_HOME, all pointed at a new folder),
+  ``first_call_warm_s`` in a second process with those caches as the first left them; ``first_extra_mem_bytes``: the first call's
   peak allocation above a steady call's (workspaces, compile-time buffers, caches);
   ``deterministic`` / ``determinism_diff``: y (fwd), dx and dw (bwd) bitwise equal across the two
   processes, and how many elements differ.
@@ -45,7 +45,8 @@ FIRST_SLEEP_S = 0.02
 WORKER_TIMEOUT_S = 300.0
 #: Cache variables a cold first call empties (every compiler the backends use).
 CACHE_VARIABLES = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUTE_DSL_CACHE_DIR",
-                   "FLASHINFER_WORKSPACE_BASE", "CUDA_CACHE_PATH", "XDG_CACHE_HOME")  # fmt: skip
+                   "QUACK_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "CUDA_CACHE_PATH",
+                   "XDG_CACHE_HOME")  # fmt: skip
 
 
 class CudaClock:

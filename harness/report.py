@@ -560,7 +560,7 @@ def plot_first_call(rows: list[dict], path: str) -> None:
 def ncu_table(records: list[dict]) -> str:
     """harness.ncu_bytes records: DRAM bytes read + written beside the byte model's count."""
     body = [[r["backend"], r["shape"], r["dtype"], r["mode"], r.get("kernels", "-"),
-             _fmt((r.get("dram_bytes") or 0) / 1e6 if r.get("dram_bytes") is not None else None, ".2f"),
+             _fmt(None if r.get("dram_bytes") is None else r["dram_bytes"] / 1e6, ".2f"),
              f"{r['model_bytes'] / 1e6:.2f}", _fmt(r.get("ratio"), ".2f"), r.get("error") or ""]
             for r in records]  # fmt: skip
     return tabulate(body, headers=["backend", "shape", "dtype", "mode", "kernels",

@@ -150,10 +150,13 @@ def _floor(shape, dtype, timing: str, sets: list[Inputs]) -> float | None:
     from harness import timing as timers
     from harness.ceiling import triton_copy
 
-    outs = [torch.empty_like(s.x) for s in sets]
+    # The floor copies the case's logical bytes contiguously: a qk-norm view's x is strided, so
+    # its same-sized, contiguous dy is copied instead.
+    srcs = [s.x if s.x.is_contiguous() else s.dy for s in sets]
+    outs = [torch.empty_like(src) for src in srcs]
     if timing == "host":
-        return timers.time_host(lambda: triton_copy(sets[0].x, outs[0])).ms
-    calls = [lambda s=s, o=o: triton_copy(s.x, o) for s, o in zip(sets, outs, strict=True)]
+        return timers.time_host(lambda: triton_copy(srcs[0], outs[0])).ms
+    calls = [lambda s=s, o=o: triton_copy(s, o) for s, o in zip(srcs, outs, strict=True)]
     stream = torch.cuda.Stream()
     timers.warm_up(calls, stream)
     return timers.time_device(calls, stream).ms
