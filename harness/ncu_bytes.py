@@ -1,18 +1,20 @@
 """python -m harness.ncu_bytes: DRAM bytes each backend moves, by Nsight Compute, beside the model.
 
 The byte model (harness.traffic) counts what RMSNorm must move. This checks it against the
-hardware: each (backend, case, mode) call runs once inside its own NVTX range under
+hardware: one ncu process per backend and dtype runs
 
-    ncu --nvtx --nvtx-include 'regex:rmsnormq[0-9]+/' --print-nvtx-rename kernel
-        --metrics dram__bytes_read.sum,dram__bytes_write.sum --csv --print-units base
+    ncu --profile-from-start off --metrics dram__bytes_read.sum,dram__bytes_write.sum
+        --csv --page details --print-units base python -m harness.ncu_bytes --child ...
 
-one ncu process per backend and dtype (each call is first warmed up outside any range, so
-compilation and autotuning are not profiled). ncu flushes the caches before every kernel it
-profiles (its default --cache-control all), so reads come from DRAM. ``--print-nvtx-rename
-kernel`` names every kernel after its range, so kernels of one call (several for eager or a
-two-kernel backward) are summed into that call. The result, per call: DRAM bytes read and
-written, the kernel count, the model's bytes and the ratio; a backend that moves more than the
-model (a second pass over x, spilled rows, an fp32 copy) shows a ratio above 1.
+and the child warms every call up first (compilation and autotuning are not profiled), then,
+between cudaProfilerStart and cudaProfilerStop, launches for each measurement i a marker kernel
+(``_ncu_marker``, grid i + 1, which touches no memory) followed by the call. Every kernel after
+marker i and before the next marker belongs to call i, so a call of several kernels (eager, a
+two-kernel backward) is summed whatever its kernels are named. ncu flushes the caches before each
+kernel it profiles (its default --cache-control all), so reads come from DRAM. Per call: DRAM
+bytes read and written, the kernel count, the model's bytes and their ratio; a backend that
+moves more than the model (a second pass over x, spilled rows, an fp32 copy) shows a ratio
+above 1.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from collections import defaultdict
 from pathlib import Path
 
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
-RANGE_PREFIX = "rmsnormq"
-_RANGE = re.compile(RANGE_PREFIX + r"(\d+)")
+MARKER = "_ncu_marker"
+_GRID_X = re.compile(r"\(?\s*(\d+)")
 _UNITS = {"byte": 1, "bytes": 1, "b": 1, "kbyte": 1e3, "kb": 1e3, "mbyte": 1e6, "mb": 1e6,
           "gbyte": 1e9, "gb": 1e9, "kibyte": 2**10, "mibyte": 2**20, "gibyte": 2**30}  # fmt: skip
 #: Each ncu process gets this long (profiling replays every kernel): a call never hangs.
@@ -38,8 +40,7 @@ NCU_TIMEOUT_S = 480.0
 
 
 def ncu_command(ncu: str, child: list[str]) -> list[str]:
-    return [ncu, "--target-processes", "all", "--nvtx", "--nvtx-include",
-            f"regex:{RANGE_PREFIX}[0-9]+/", "--print-nvtx-rename", "kernel",
+    return [ncu, "--target-processes", "all", "--profile-from-start", "off",
             "--metrics", ",".join(METRICS), "--csv", "--page", "details",
             "--print-units", "base", *child]  # fmt: skip
 
@@ -48,8 +49,10 @@ def parse_csv(text: str) -> dict[int, dict]:
     """ncu's --csv details output -> {measurement index: {"read": B, "write": B, "kernels": k}}.
 
     Lines before the CSV header (ncu's ==PROF== notes, the program's own output) are skipped,
-    as is any line that does not parse as a row of the header's width. Values may carry
-    thousands separators; units are converted to bytes.
+    as is any line that does not parse as a row of the header's width. Rows are taken in ncu's
+    order; a marker kernel of grid (i + 1) starts measurement i, and every later kernel counts
+    toward it until the next marker. Values may carry thousands separators; units are
+    converted to bytes.
     """
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines)
@@ -58,23 +61,28 @@ def parse_csv(text: str) -> dict[int, dict]:
         raise ValueError('ncu output: no CSV header ("ID",...,"Metric Name") found')
     reader = csv.reader(io.StringIO("\n".join(lines[start:])))
     header = next(reader)
-    col = {name: header.index(name) for name in ("ID", "Kernel Name", "Metric Name",
+    col = {name: header.index(name) for name in ("ID", "Kernel Name", "Grid Size", "Metric Name",
                                                   "Metric Unit", "Metric Value")}  # fmt: skip
     out: dict[int, dict] = defaultdict(lambda: {"read": 0.0, "write": 0.0, "kernel_ids": set()})
+    current = None
     for row in reader:
         if len(row) != len(header):
             continue
-        found = _RANGE.search(row[col["Kernel Name"]])
-        if not found:
+        if MARKER in row[col["Kernel Name"]]:
+            grid = _GRID_X.match(row[col["Grid Size"]])
+            if grid is None:
+                raise ValueError(f"ncu output: marker grid {row[col['Grid Size']]!r} unreadable")
+            current = int(grid.group(1)) - 1
+            out[current]  # a call with no kernel of its own still appears, with zero bytes
             continue
         metric = row[col["Metric Name"]]
-        if metric not in METRICS:
+        if current is None or metric not in METRICS:
             continue
         unit = row[col["Metric Unit"]].strip().lower()
         if unit not in _UNITS:
             raise ValueError(f"ncu output: unknown unit {row[col['Metric Unit']]!r} for {metric}")
         value = float(row[col["Metric Value"]].replace(",", "")) * _UNITS[unit]
-        entry = out[int(found.group(1))]
+        entry = out[current]
         entry["read" if metric.startswith("dram__bytes_read") else "write"] += value
         entry["kernel_ids"].add(row[col["ID"]])
     return {
@@ -105,7 +113,7 @@ def records(plan_: list[dict], measured: dict[int, dict], dtype: str, op: str,
         if p["index"] in errors:
             rec["error"] = errors[p["index"]]
         elif got is None:
-            rec["error"] = "no kernel profiled in this call's range"
+            rec["error"] = "no kernel profiled for this call"
         else:
             rec.update(dram_read_bytes=got["read"], dram_write_bytes=got["write"],
                        dram_bytes=got["read"] + got["write"], kernels=got["kernels"],
@@ -114,8 +122,18 @@ def records(plan_: list[dict], measured: dict[int, dict], dtype: str, op: str,
     return out
 
 
+def _marker_kernel():
+    import triton
+
+    @triton.jit
+    def _ncu_marker(X):  # touches no memory: its grid size names the call that follows
+        pass
+
+    return _ncu_marker
+
+
 def child(backend_name: str, dtype_name: str, plan_: list[dict], errors_path: Path) -> None:
-    """Under ncu: warm each call up, then run it once inside its NVTX range."""
+    """Under ncu: warm every call up, then profile marker i + call i for each measurement."""
     import torch
 
     from harness.layouts import make_case_inputs
@@ -125,7 +143,11 @@ def child(backend_name: str, dtype_name: str, plan_: list[dict], errors_path: Pa
 
     backend = get_backend(backend_name)
     fn = backend.build()
+    marker = _marker_kernel()
+    dummy = torch.empty(1, device="cuda")
+    marker[(1,)](dummy)
     errors: dict[int, str] = {}
+    calls = []
     for p in plan_:
         try:
             shape = parse_shape(p["shape"])
@@ -138,13 +160,20 @@ def child(backend_name: str, dtype_name: str, plan_: list[dict], errors_path: Pa
             for _ in range(3):
                 call()
             torch.cuda.synchronize()
-            torch.cuda.nvtx.range_push(f"{RANGE_PREFIX}{p['index']}")
-            call()
-            torch.cuda.synchronize()
-            torch.cuda.nvtx.range_pop()
+            calls.append((p["index"], call, inputs))
         except Exception as exc:
             torch.cuda.synchronize()
             errors[p["index"]] = f"{type(exc).__name__}: {exc}"[:300]
+    torch.cuda.profiler.start()
+    for index, call, _ in calls:
+        try:
+            marker[(index + 1,)](dummy)
+            call()
+            torch.cuda.synchronize()
+        except Exception as exc:
+            torch.cuda.synchronize()
+            errors[index] = f"{type(exc).__name__}: {exc}"[:300]
+    torch.cuda.profiler.stop()
     errors_path.write_text(json.dumps(errors))
 
 
