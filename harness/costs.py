@@ -40,7 +40,7 @@ CALLS = 32
 #: Samples per host figure (median).
 REPEATS = 5
 #: GPU sleep per sample to start with, in seconds; doubled while the GPU catches up.
-FIRST_SLEEP_S = 0.02
+FIRST_SLEEP_S = 0.005
 #: Each first-call subprocess gets this long before it is killed (a library call never hangs).
 WORKER_TIMEOUT_S = 300.0
 #: Cache variables a cold first call empties (every compiler the backends use).

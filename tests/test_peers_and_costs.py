@@ -402,3 +402,47 @@ def test_route_of_names_what_f_rms_norm_ran():
     )
     assert provenance.route_of(["elementwise_kernel", "reduce_kernel"]).startswith("composite")
     assert provenance.route_of([]) == "no CUDA kernel seen"
+
+
+# ---- on the GPU (skipped without CUDA) ---------------------------------------------------------
+
+_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+_GPU_CASES = [(64, 4096), (3, 2880), shapes.HeadView(8, 32, 128, 8)]
+
+
+@_GPU
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("shape", _GPU_CASES, ids=shapes.shape_label)
+@pytest.mark.parametrize("name", sorted(set(NEW_BACKENDS) | {"flashinfer-cuda-add",
+                                                              "liger-cutedsl-add"}))  # fmt: skip
+def test_new_backend_passes_the_oracle_on_gpu(name, shape, dtype):
+    from harness.layouts import case_dims
+
+    backend = get_backend(name)
+    reason = backend.skip_reason(case_dims(shape), dtype, "cuda")
+    if reason is None and backend.op == "add_rmsnorm" and isinstance(shape, shapes.HeadView):
+        reason = "no residual add on qk-norm views"
+    if reason is not None:
+        pytest.skip(f"{name}: {reason}")
+    inputs = make_case_inputs(
+        shape, dtype, "cuda", seed=11, with_residual=backend.op == "add_rmsnorm"
+    )
+    x0 = inputs.x.clone()
+    result = check_backend(backend, backend.build(), inputs)
+    assert result.passed, result.summary()
+    assert torch.equal(inputs.x, x0)  # in-place backends worked on copies
+
+
+@_GPU
+def test_host_us_and_first_call_on_gpu():
+    from harness.run import _forward_calls
+
+    backend = get_backend("eager")
+    inputs = make_inputs((16, 4096), torch.bfloat16, "cuda", seed=12)
+    calls, _ = _forward_calls(backend, backend.build(), [inputs])
+    got = costs.host_us_busy(calls[0])
+    assert got["host_us"] > 0 and got["host_us_gpu_caught_up"] == 0
+    first = costs.first_call_costs("eager", [(16, 4096)], "bf16")
+    fwd = first[("16x4096", "fwd")]
+    assert "first_call_error" not in fwd, fwd
+    assert fwd["first_call_cold_s"] > 0 and fwd["deterministic"] is True
