@@ -44,8 +44,8 @@ class RunConfig:
     ceiling_gbps: float | None = None
     #: Opt-in cost columns (harness.costs): "host_us", "batch_invariance" (in this process),
     #: "first_call" (cold and warm caches, first-call memory and cross-process determinism:
-    #: two fresh subprocesses per backend and case; slow) and the cases first_call covers
-    #: (None: every case).
+    #: two fresh subprocesses per backend and dtype; slow) and the cases first_call covers
+    #: (None: every case; cases outside config.shapes are ignored).
     costs: Sequence[str] = ()
     first_call_shapes: Sequence | None = None
 
@@ -254,7 +254,9 @@ def _first_calls(config: RunConfig, progress) -> dict:
         return {}
     from harness import costs
 
-    wanted = config.shapes if config.first_call_shapes is None else config.first_call_shapes
+    wanted = list(config.shapes)
+    if config.first_call_shapes is not None:  # only cases of this run get rows to carry them
+        wanted = [s for s in config.first_call_shapes if s in wanted]
     table = {}
     for backend in config.backends:
         for dtype in config.dtypes:
