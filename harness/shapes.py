@@ -137,7 +137,8 @@ PRESETS: dict[str, tuple[str, list[Shape]]] = {
         [HeadView(t, h, d, kv) for h, kv, d in QK_HEADS for t in QK_TOKENS],
     ),
     "models": (
-        "hidden sizes of current model families (shapes.MODELS names each), M in {1, 2048, 16384}",
+        "hidden sizes of current model families, M in {1, 2048, 16384}: "
+        + ", ".join(f"{name} {n}" for name, n in MODELS.items()),
         _model_shapes(),
     ),
     "cpu": (
