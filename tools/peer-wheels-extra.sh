@@ -10,7 +10,7 @@
 # split in parts, one part and the same install.sh in each folder. On the GPU machine, carry
 # one folder per call, in order, in consecutive calls (the machine stays warm 30 s between):
 #     bash .pwK/install.sh        (K = 1, 2, ...)
-# Each call adds its part to ~/.rmsnorm-peers/parts; the call with the last part joins them and
+# Each call adds its part to ~/.rmsnorm-peers/pw-parts; the call with the last part joins them and
 # installs every wheel into ~/.rmsnorm-peers/site. Then, before Python runs:
 #     source ~/.rmsnorm-peers/env.sh
 set -euo pipefail
@@ -35,7 +35,7 @@ dl liger-kernel==0.8.5 quack-kernels==0.6.5 nvidia-cutlass-dsl==4.8.1 \
   flashinfer-python==0.7.2.post1 nvidia-cudnn-frontend==1.32.0 fla-core==0.6.0 cuda-tile==1.7.0
 tar -C "$stage" -cf "$stage/peers.tar" wheels
 rm -rf .pw[0-9]*
-split -b "${part_mb}000000" -d -a 1 "$stage/peers.tar" "$stage/part_"
+split -b "${part_mb}000000" -d -a 2 "$stage/peers.tar" "$stage/part_"
 parts=$(ls "$stage"/part_* | wc -l)
 k=0
 for part in "$stage"/part_*; do
@@ -47,12 +47,12 @@ for part in "$stage"/part_*; do
 # Part $k of $parts of the peer wheels (tools/peer-wheels-extra.sh). Run from the project root.
 set -e
 P="\$HOME/.rmsnorm-peers"
-mkdir -p "\$P/parts"
-cp .pw$k/part_$k "\$P/parts/"
-have=\$(ls "\$P/parts" | wc -l)
+mkdir -p "\$P/pw-parts"
+cp .pw$k/part_$k "\$P/pw-parts/"
+have=\$(ls "\$P/pw-parts" | wc -l)
 if [ "\$have" -lt $parts ]; then echo "peer wheels: part $k of $parts stored (\$have here)"; exit 0; fi
-for i in \$(seq 1 $parts); do cat "\$P/parts/part_\$i"; done > "\$P/peers.tar"
-rm -rf "\$P/wheels" && tar -C "\$P" -xf "\$P/peers.tar"
+for i in \$(seq 1 $parts); do cat "\$P/pw-parts/part_\$i"; done > "\$P/peers.tar"
+rm -rf "\$P/wheels" && tar -C "\$P" -xf "\$P/peers.tar" && rm -f "\$P/peers.tar"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "\$P/site" "\$P"/wheels/*.whl
 printf 'export PYTHONPATH=%s/site:%s/site/nvidia_cutlass_dsl/dsl_packages\${PYTHONPATH:+:\$PYTHONPATH}\n' "\$P" "\$P" > "\$P/env.sh"
 echo "peer wheels installed in \$P/site: source \$P/env.sh"
