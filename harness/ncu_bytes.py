@@ -238,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         print("harness.ncu_bytes profiles CUDA kernels; no CUDA device is visible here.")
         return 1
     found: list[dict] = []
+    info = provenance.collect()
     with tempfile.TemporaryDirectory(prefix="rmsnorm-ncu-") as tmp:
         for backend in select_backends(args.backends, None):
             if backend.unavailable() is not None:
@@ -245,10 +246,10 @@ def main(argv: list[str] | None = None) -> int:
             found += measure_backend(backend, args.shapes, args.modes, args.dtype, args.ncu,
                                      Path(tmp))  # fmt: skip
             print(f"  ncu: {backend.name} done", file=sys.stderr, flush=True)
+            if args.out:  # after every backend: a run cut short keeps what it measured
+                args.out.write_text(json.dumps({"provenance": info, "records": found},
+                                               indent=1, default=str))  # fmt: skip
     print(ncu_table(found))
-    if args.out:
-        args.out.write_text(json.dumps({"provenance": provenance.collect(), "records": found},
-                                       indent=1, default=str))  # fmt: skip
     return 0
 
 

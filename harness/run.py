@@ -190,7 +190,7 @@ def run(
 ) -> None:
     """Measure every case of ``config`` and hand each finished row to ``sink`` at once."""
     device = "cuda" if _on_cuda() else "cpu"
-    first_calls = _first_calls(config, progress)
+    first_calls = _FirstCalls(config, progress)
     cases = [(s, d) for s in config.shapes for d in config.dtypes]
     total = len(cases) * len(config.backends)
     done = 0
@@ -237,8 +237,7 @@ def run(
                             kv_heads=shape.kv_heads)  # fmt: skip
             for row in _backend_rows(backend, shape, dtype, device, sets, ref, floors, config):
                 row = {**base, **row}
-                row.update(first_calls.get((backend.name, base["shape"], base["dtype"],
-                                            row["mode"]), {}))  # fmt: skip
+                row.update(first_calls.columns(backend, dtype, base["shape"], row["mode"]))
                 row["bytes"] = traffic.counted_bytes(row["mode"], m, n, es, backend.op)
                 _add_bandwidth(row, config.ceiling_gbps, m, n, es)
                 sink(row)
@@ -246,30 +245,42 @@ def run(
         _free()
 
 
-def _first_calls(config: RunConfig, progress) -> dict:
-    """(backend, shape label, dtype, mode) -> first-call columns (harness.costs), for the cases
-    config.first_call_shapes names (all when None): a cold and a warm process per backend and
-    dtype, before any case of this run is measured."""
-    if "first_call" not in config.costs or not _on_cuda():
-        return {}
-    from harness import costs
+class _FirstCalls:
+    """First-call columns (harness.costs) for the cases config.first_call_shapes names (all when
+    None; cases outside the run are ignored): a cold and a warm process per backend and dtype,
+    run when that backend's first case of that dtype comes up, so rows keep streaming out."""
 
-    wanted = list(config.shapes)
-    if config.first_call_shapes is not None:  # only cases of this run get rows to carry them
-        wanted = [s for s in config.first_call_shapes if s in wanted]
-    table = {}
-    for backend in config.backends:
-        for dtype in config.dtypes:
-            cases = [s for s in wanted if backend.skip_reason(case_dims(s), dtype, "cuda") is None]
-            if not cases:
-                continue
-            started = time.perf_counter()
-            found = costs.first_call_costs(backend.name, cases, DTYPE_NAMES[dtype])
-            progress(f"  first calls: {backend.name} {DTYPE_NAMES[dtype]} {len(cases)} cases, "
-                     f"{time.perf_counter() - started:.0f} s")  # fmt: skip
-            for (label, mode), columns in found.items():
-                table[(backend.name, label, DTYPE_NAMES[dtype], mode)] = columns
-    return table
+    def __init__(self, config: RunConfig, progress) -> None:
+        self.enabled = "first_call" in config.costs and _on_cuda()
+        wanted = list(config.shapes)
+        if config.first_call_shapes is not None:
+            wanted = [s for s in config.first_call_shapes if s in wanted]
+        self.wanted, self.progress = wanted, progress
+        self.table: dict[tuple, dict] = {}
+        self.done: set[tuple] = set()
+
+    def columns(self, backend: Backend, dtype: torch.dtype, label: str, mode: str) -> dict:
+        if not self.enabled:
+            return {}
+        name = DTYPE_NAMES[dtype]
+        if (backend.name, name) not in self.done:
+            self.done.add((backend.name, name))
+            self._measure(backend, dtype)
+        return self.table.get((backend.name, label, name, mode), {})
+
+    def _measure(self, backend: Backend, dtype: torch.dtype) -> None:
+        from harness import costs
+
+        cases = [s for s in self.wanted
+                 if backend.skip_reason(case_dims(s), dtype, "cuda") is None]  # fmt: skip
+        if not cases:
+            return
+        started = time.perf_counter()
+        found = costs.first_call_costs(backend.name, cases, DTYPE_NAMES[dtype])
+        self.progress(f"  first calls: {backend.name} {DTYPE_NAMES[dtype]}, {len(cases)} cases, "
+                      f"{time.perf_counter() - started:.0f} s")  # fmt: skip
+        for (label, mode), columns in found.items():
+            self.table[(backend.name, label, DTYPE_NAMES[dtype], mode)] = columns
 
 
 def _launch_configs(backend: Backend) -> dict | None:

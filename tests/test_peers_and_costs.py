@@ -446,3 +446,27 @@ def test_host_us_and_first_call_on_gpu():
     fwd = first[("16x4096", "fwd")]
     assert "first_call_error" not in fwd, fwd
     assert fwd["first_call_cold_s"] > 0 and fwd["deterministic"] is True
+
+
+def test_first_calls_run_once_per_backend_and_dtype_for_the_wanted_cases(monkeypatch):
+    from harness import run
+
+    seen = []
+
+    def fake(name, cases, dtype):
+        seen.append((name, [shapes.shape_label(c) for c in cases], dtype))
+        return {(shapes.shape_label(c), m): {"first_call_cold_s": 1.0} for c in cases
+                for m in ("fwd", "bwd")}  # fmt: skip
+
+    monkeypatch.setattr(run, "_on_cuda", lambda: True)
+    monkeypatch.setattr(costs, "first_call_costs", fake)
+    eager = get_backend("eager")
+    config = run.RunConfig(backends=[eager], shapes=[(8, 64), (9, 64)], dtypes=[torch.bfloat16],
+                           costs=["first_call"], first_call_shapes=[(9, 64), (1, 1)])  # fmt: skip
+    first = run._FirstCalls(config, progress=lambda msg: None)
+    assert first.columns(eager, torch.bfloat16, "8x64", "fwd") == {}
+    assert first.columns(eager, torch.bfloat16, "9x64", "bwd") == {"first_call_cold_s": 1.0}
+    assert seen == [("eager", ["9x64"], "bf16")]  # once, and (1, 1) is not a case of the run
+    off = run._FirstCalls(run.RunConfig(backends=[eager], shapes=[(8, 64)], dtypes=[torch.bfloat16]),
+                          progress=lambda msg: None)  # fmt: skip
+    assert off.columns(eager, torch.bfloat16, "8x64", "fwd") == {} and len(seen) == 1
