@@ -100,13 +100,15 @@ def _parser() -> argparse.ArgumentParser:
         "--plot-n",
         type=Path,
         default=None,
-        help="write bandwidth against N per backend (fwd and bwd panels, PNG)",
+        help="write bandwidth against N per backend (fwd and bwd panels, PNG); with several "
+        "--from files, one per file, named as for --plot",
     )
     p.add_argument(
         "--plot-first-call",
         type=Path,
         default=None,
-        help="write first-call seconds per backend, cold and warm caches (PNG)",
+        help="write first-call seconds per backend, cold and warm caches (PNG); one per --from "
+        "file, named as for --plot",
     )
     p.add_argument(
         "--plot",
@@ -150,7 +152,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rows written to {path}")
         runs.append((provenance, ceiling, rows, str(path)))
     plots = _plot_paths(args.plot, [source for *_, source in runs])
-    for (provenance, ceiling, rows, source), plot in zip(runs, plots, strict=True):
+    n_plots = _plot_paths(args.plot_n, [source for *_, source in runs])
+    first_plots = _plot_paths(args.plot_first_call, [source for *_, source in runs])
+    for (provenance, ceiling, rows, source), plot, n_plot, first_plot in zip(
+        runs, plots, n_plots, first_plots, strict=True
+    ):
         print(_header(provenance, ceiling, stored=source if args.from_files else None))
         for op in report.ops_in(rows):
             for mode in args.modes:
@@ -168,12 +174,12 @@ def main(argv: list[str] | None = None) -> int:
             report.plot(rows, str(plot), title=f"{ops[0] if ops else 'RMSNorm'} on "
                         f"{provenance.get('gpu') or 'CPU'}, {source}", op=ops[0] if ops else "rmsnorm")  # fmt: skip
             print(f"\nplot written to {plot}")
-        if args.plot_n is not None:
-            report.plot_vs_n(rows, str(args.plot_n))
-            print(f"plot written to {args.plot_n}")
-        if args.plot_first_call is not None:
-            report.plot_first_call(rows, str(args.plot_first_call))
-            print(f"plot written to {args.plot_first_call}")
+        if n_plot is not None:
+            report.plot_vs_n(rows, str(n_plot))
+            print(f"plot written to {n_plot}")
+        if first_plot is not None:
+            report.plot_first_call(rows, str(first_plot))
+            print(f"plot written to {first_plot}")
         print()
     ncu_text = None
     if args.ncu is not None:
