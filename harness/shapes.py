@@ -92,10 +92,11 @@ MODELS: dict[str, int] = {
 MODEL_ROWS = (1, 2048, 16384)
 
 #: (heads, kv_heads, head_dim) of per-head QK-norm (query heads; the key norm is the same op on
-#: kv_heads): Qwen3-8B (32, 8, 128), Qwen3-32B (64, 8, 128), Gemma-3-27B (32, 16, 128),
+#: kv_heads): Qwen3-8B (32, 8, 128), Qwen3-32B (64, 8, 128), Qwen3-14B (40, 8, 128),
 #: Gemma-3-4B (8, 4, 256); and (32, 8, 64), a 64-wide head layout (Llama-3.2-1B's attention
-#: shape) named by no QK-norm model here.
-QK_HEADS = ((32, 8, 128), (64, 8, 128), (32, 16, 128), (8, 4, 256), (32, 8, 64))
+#: shape) named by no QK-norm model here. No two share (tokens * heads, head_dim): the tables
+#: key cases by (M, N, dtype).
+QK_HEADS = ((32, 8, 128), (64, 8, 128), (40, 8, 128), (8, 4, 256), (32, 8, 64))
 QK_TOKENS = (16, 4096)
 
 

@@ -113,6 +113,7 @@ def test_new_presets():
     qk = shapes.PRESETS["qk-norm"][1]
     assert all(isinstance(v, shapes.HeadView) for v in qk)
     assert {v.head_dim for v in qk} == {64, 128, 256} and len({v.heads for v in qk}) >= 3
+    assert len({tuple(v) for v in qk}) == len(qk)  # the tables key cases by (M, N, dtype)
     models = shapes.PRESETS["models"][1]
     assert {n for _, n in models} == set(shapes.MODELS.values())
     assert min(m for m, _ in models) == 1 and max(m for m, _ in models) == 16384
