@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.inputs import Inputs
+from harness.layouts import private_copy
 from harness.oracle import (
     RESIDUAL_SUM_TOLERANCE,
     TOLERANCES,
@@ -142,8 +143,10 @@ def check_backend(
     tolerances = TOLERANCES[backend.numerics]
     n = shape[-1]
     m = x_in.numel() // n if n else 0
-    if ref is None or (do_backward and ref.dx is None):
-        ref = reference(x_in, w_in, inputs.eps, inputs.dy if do_backward else None)
+    if backend.weight_offset or ref is None or (do_backward and ref.dx is None):
+        # Gemma's form (weight_offset 1) is judged against x_hat * (offset + w), same weight.
+        ref = reference(x_in, w_in, inputs.eps, inputs.dy if do_backward else None,
+                        offset=backend.weight_offset)  # fmt: skip
 
     calls = [
         ("", x_in, inputs.dy, ref.y, ref.dx, ref.dw),
@@ -185,8 +188,10 @@ def _check_add_rmsnorm(backend: Backend, fn, inputs: Inputs, *, backward: bool) 
     reports: list[ErrorReport] = []
     try:
         for suffix, x_t, r_t, dy, dh in calls:
-            x = x_t.detach().requires_grad_(do_backward)
-            r = r_t.detach().requires_grad_(do_backward)
+            # An in-place backend writes y and h into x's and r's buffers: give it copies.
+            fresh = private_copy if backend.in_place else torch.Tensor.detach
+            x = fresh(x_t).requires_grad_(do_backward)
+            r = fresh(r_t).requires_grad_(do_backward)
             w = w_in.detach().requires_grad_(do_backward)
             poison_free_memory(x.device, 4 * x.numel() * x.element_size())
             y, h = fn(x, r, w, inputs.eps)

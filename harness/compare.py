@@ -72,7 +72,44 @@ def _parser() -> argparse.ArgumentParser:
         help="rank stored results files (or pytest-benchmark JSON) without measuring; each file "
         "is one run and is ranked on its own",
     )
+    p.add_argument(
+        "--costs",
+        nargs="+",
+        default=[],
+        choices=["host_us", "batch_invariance", "first_call"],
+        help="opt-in cost columns (harness.costs): host_us (host us per call, GPU kept busy), "
+        "batch_invariance (bitwise, by M), first_call (cold and warm compile caches, first-call "
+        "memory, cross-process determinism: two fresh processes per backend and dtype; slow)",
+    )
+    p.add_argument(
+        "--first-call-shapes",
+        nargs="+",
+        default=None,
+        metavar="SHAPE",
+        help="the cases --costs first_call covers (default: every case of the run)",
+    )
+    p.add_argument(
+        "--ncu",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a harness.ncu_bytes JSON file: print its DRAM-bytes table and add it to --markdown",
+    )
     p.add_argument("--per-shape", action="store_true", help="also print GB/s per shape")
+    p.add_argument(
+        "--plot-n",
+        type=Path,
+        default=None,
+        help="write bandwidth against N per backend (fwd and bwd panels, PNG); with several "
+        "--from files, one per file, named as for --plot",
+    )
+    p.add_argument(
+        "--plot-first-call",
+        type=Path,
+        default=None,
+        help="write first-call seconds per backend, cold and warm caches (PNG); one per --from "
+        "file, named as for --plot",
+    )
     p.add_argument(
         "--plot",
         type=Path,
@@ -115,7 +152,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rows written to {path}")
         runs.append((provenance, ceiling, rows, str(path)))
     plots = _plot_paths(args.plot, [source for *_, source in runs])
-    for (provenance, ceiling, rows, source), plot in zip(runs, plots, strict=True):
+    n_plots = _plot_paths(args.plot_n, [source for *_, source in runs])
+    first_plots = _plot_paths(args.plot_first_call, [source for *_, source in runs])
+    for (provenance, ceiling, rows, source), plot, n_plot, first_plot in zip(
+        runs, plots, n_plots, first_plots, strict=True
+    ):
         print(_header(provenance, ceiling, stored=source if args.from_files else None))
         for op in report.ops_in(rows):
             for mode in args.modes:
@@ -125,12 +166,27 @@ def main(argv: list[str] | None = None) -> int:
                     if args.per_shape:
                         print()
                         print(report.per_shape_table(rows, mode, timing, op))
+                if report.has_costs(rows, op, mode):
+                    print(f"\n## {op} {mode}, costs per backend\n")
+                    print(report.costs_table(rows, op, mode))
         if plot is not None:
             ops = report.ops_in(rows)
             report.plot(rows, str(plot), title=f"{ops[0] if ops else 'RMSNorm'} on "
                         f"{provenance.get('gpu') or 'CPU'}, {source}", op=ops[0] if ops else "rmsnorm")  # fmt: skip
             print(f"\nplot written to {plot}")
+        if n_plot is not None:
+            report.plot_vs_n(rows, str(n_plot))
+            print(f"plot written to {n_plot}")
+        if first_plot is not None:
+            report.plot_first_call(rows, str(first_plot))
+            print(f"plot written to {first_plot}")
         print()
+    ncu_text = None
+    if args.ncu is not None:
+        import json
+
+        ncu_text = report.ncu_table(json.loads(args.ncu.read_text(encoding="utf-8"))["records"])
+        print(f"## DRAM bytes (Nsight Compute) beside the byte model, {args.ncu}\n\n{ncu_text}\n")
     if args.markdown is not None:
         command = "python -m harness.compare " + " ".join(
             argv if argv is not None else sys.argv[1:]
@@ -140,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         page = report.markdown_page(
             [(*run, plot) for run, plot in zip(runs, rel, strict=True)], command, notes
         )
+        if ncu_text:
+            page += ("\n\n## DRAM bytes (Nsight Compute) beside the byte model\n\n"
+                     f"From `{args.ncu}` (harness/ncu_bytes.py).\n\n{ncu_text}")  # fmt: skip
         args.markdown.write_text(page + "\n", encoding="utf-8")
         print(f"results page written to {args.markdown}")
     return 0
@@ -185,6 +244,10 @@ def _measure(args):
         modes=args.modes,
         timings=timings,
         ceiling_gbps=ceiling.get("ceiling_gbps"),
+        costs=args.costs,
+        first_call_shapes=None
+        if args.first_call_shapes is None
+        else [shapes.parse_shape(s) for s in args.first_call_shapes],
     )
     path = results.fresh_path(args.out or results.default_path(info))
     writer = results.ResultWriter(path)

@@ -48,7 +48,12 @@ class Tolerance:
     exact: bool = False
 
 
-#: numerics class -> quantity (y, dx, dw) -> bound. Each backend declares its class.
+#: numerics class -> quantity (y, dx, dw) -> bound. Each backend declares its class (Backend.
+#: numerics), from its source: fused_fp32 for QuACK, FlashInfer (CuTe DSL and CUDA kernels: y =
+#: x * rstd * (offset + w) in fp32, one store), cuDNN's graph (fp32 intermediate and compute
+#: types), fla (fp32 Triton kernel, one store) and the not-carried TE/vLLM/SGLang rows;
+#: two_roundings for Liger's Triton and CuTe DSL rows (the weight multiply at the storage dtype
+#: after x * rstd is rounded), Apex and torch's op.
 TOLERANCES: dict[str, dict[str, Tolerance]] = {
     "fused_fp32": {
         "y": Tolerance(0.5, 0, "fp32 statistics, one rounding at the store: correctly rounded "

@@ -10,7 +10,9 @@ import subprocess
 
 import torch
 
-_PACKAGES = ("torch", "triton", "liger-kernel", "quack-kernels", "nvidia-cutlass-dsl", "apex")
+_PACKAGES = ("torch", "triton", "liger-kernel", "quack-kernels", "nvidia-cutlass-dsl", "apex",
+             "flashinfer-python", "nvidia-cudnn-frontend", "fla-core", "cuda-tile",
+             "apache-tvm-ffi", "transformer-engine", "vllm", "sgl-kernel")  # fmt: skip
 
 
 def _git(*args: str) -> str | None:
@@ -52,6 +54,7 @@ def collect() -> dict:
         info["l2_bytes"] = int(getattr(props, "L2_cache_size", 0))
         info["memory_bytes"] = int(props.total_memory)
         info["driver"] = _nvidia_smi("driver_version")
+        info["torch_rms_norm"] = rms_norm_dispatch()
     else:
         info["gpu"] = None
         info["note"] = (
@@ -69,3 +72,54 @@ def _nvidia_smi(field: str) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout else None
+
+
+#: Kernel-name fragments of the CuTe DSL / QuACK kernels newer torch may route F.rms_norm to.
+_CUTE_MARKERS = ("cutlass", "cute", "quack", "rmsnorm_fwd", "rmsnorm_bwd")
+
+
+def route_of(kernels: list[str]) -> str:
+    """What F.rms_norm ran, from the CUDA kernel names one call launched."""
+    if not kernels:
+        return "no CUDA kernel seen"
+    lowered = [k.lower() for k in kernels]
+    if any(m in k for k in lowered for m in _CUTE_MARKERS):
+        return "CuTe DSL (QuACK via torch._native)"
+    if any("rms" in k or "layer_norm" in k or "layernorm" in k for k in lowered):
+        return "aten fused CUDA kernels"
+    return "composite ops (no fused norm kernel)"
+
+
+def rms_norm_dispatch() -> dict:
+    """What torch.nn.functional.rms_norm dispatched to here: whether this torch has the
+    torch._native override layer (newer releases route aten's fused RMSNorm to a bundled QuACK
+    when a matching nvidia-cutlass-dsl is installed; TORCH_DISABLE_NATIVE_JIT=1 turns that
+    off), and the CUDA kernels torch.profiler saw for one forward and one backward call."""
+    info: dict = {"TORCH_DISABLE_NATIVE_JIT": os.environ.get("TORCH_DISABLE_NATIVE_JIT")}
+    try:
+        from torch._native import common_utils
+
+        info["torch_native"] = True
+        info["native_jit_disabled"] = bool(common_utils.check_native_jit_disabled())
+    except Exception:  # older torch: no override layer
+        info["torch_native"] = False
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        x = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        w = torch.randn(4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        for phase in ("fwd", "bwd"):
+            for _ in range(2):  # the second call is the one seen (a first call may compile)
+                y = torch.nn.functional.rms_norm(x, (4096,), w, 1e-5)
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    if phase == "fwd":
+                        torch.nn.functional.rms_norm(x, (4096,), w, 1e-5)
+                    else:
+                        torch.autograd.grad(y, (x, w), torch.ones_like(y))
+                    torch.cuda.synchronize()
+            names = sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
+            info[f"kernels_{phase}"] = names
+            info[f"route_{phase}"] = route_of(names)
+    except Exception as exc:  # a record, never a reason to lose the run
+        info["error"] = f"{type(exc).__name__}: {exc}"[:300]
+    return info

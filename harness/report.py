@@ -290,6 +290,13 @@ def _provenance_table(provenance: dict, ceiling: dict) -> list[str]:
         f"| presets | {', '.join(provenance.get('presets') or []) or 'explicit shapes'} |",
         f"| our launch configs | {'autotuned' if provenance.get('triton_autotune', True) else 'heuristic'} |",
     ]
+    dispatch = provenance.get("torch_rms_norm")
+    if dispatch:
+        lines.append(
+            f"| F.rms_norm ran | fwd: {dispatch.get('route_fwd', '-')}, bwd: "
+            f"{dispatch.get('route_bwd', '-')} (torch._native: {dispatch.get('torch_native')}, "
+            f"TORCH_DISABLE_NATIVE_JIT={dispatch.get('TORCH_DISABLE_NATIVE_JIT')}) |"
+        )
     if provenance.get("provenance_note"):
         lines.append(f"| note | {provenance['provenance_note']} |")
     if ceiling.get("ceiling_gbps"):
@@ -351,6 +358,11 @@ def markdown_page(runs: list[tuple], command: str, notes: str | None = None) -> 
                 "",
             ]
         lines += ["</details>", ""]
+        cost_sections = [(op, mode) for op in ops_in(rows) for mode in ("fwd", "bwd")
+                         if has_costs(rows, op, mode)]  # fmt: skip
+        for op, mode in cost_sections:
+            lines += [f"### {op} {mode}: costs per backend", "", COSTS_NOTE, "",
+                      costs_table(rows, op, mode), ""]  # fmt: skip
         launches = launch_table(rows)
         if launches:
             lines += ["<details><summary>Our launch configurations, per case (as timed)</summary>",
@@ -387,3 +399,170 @@ def launch_table(rows: list[dict]) -> str:
 def timings_of(rows: list[dict], mode: str) -> list[str]:
     order = ["device", "host", "pytest"]
     return sorted({r["timing"] for r in rows if r["mode"] == mode}, key=order.index)
+
+
+# ---- cost columns (harness.costs) and the DRAM byte check (harness.ncu_bytes) ---------------
+
+COSTS_NOTE = (
+    "Host µs: host time per call with the GPU kept busy (calls queued behind a GPU sleep). "
+    "First call: seconds from building the backend (its import included) to the end of its "
+    "first call at the case, in a fresh process with empty compile caches (cold) and again with "
+    "the caches the first left (warm); extra MiB: the first call's peak allocation above a "
+    "steady call's. Batch-invariant: rows of a smaller batch bitwise equal to the same rows of "
+    "the whole (y in fwd, dx in bwd). Deterministic: y, dx, dw bitwise equal in the two "
+    "processes. See harness/costs.py."
+)
+
+#: Row fields harness.costs writes; a row without any of them has no cost columns.
+COST_FIELDS = ("host_us", "batch_invariant", "first_call_cold_s", "first_call_warm_s",
+               "first_extra_mem_bytes", "deterministic", "first_call_error")  # fmt: skip
+
+
+def has_costs(rows: list[dict], op: str, mode: str) -> bool:
+    return any(
+        op_of(r) == op and r["mode"] == mode and any(r.get(f) is not None for f in COST_FIELDS)
+        for r in rows
+    )
+
+
+def _yes_no(values: list, diffs: list) -> str:
+    """'yes' when every case was bitwise equal, 'no (k elements in c cases)' otherwise."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return "-"
+    if all(known):
+        return f"yes ({len(known)} cases)"
+    bad = [d for v, d in zip(values, diffs, strict=True) if v is False]
+    return f"no ({sum(bad)} elements differ in {len(bad)} of {len(known)} cases)"
+
+
+def _diff_total(d) -> int:
+    return sum(d.values()) if isinstance(d, dict) else int(d or 0)
+
+
+def cost_entries(rows: list[dict], op: str, mode: str) -> list[dict]:
+    """Per backend, over its cases (one row per case: device timing where there is one): median
+    host µs per call, median first-call seconds cold and warm, largest first-call extra memory,
+    batch invariance and cross-process determinism, each as yes/no with the differing count."""
+    per_case: dict[tuple, dict] = {}
+    for r in rows:
+        if op_of(r) != op or r["mode"] != mode:
+            continue
+        key = (r["backend"], r["shape"], r["dtype"])
+        if key not in per_case or r.get("timing") == "device":
+            per_case[key] = r
+    by_backend: dict[str, list[dict]] = defaultdict(list)
+    for (backend, *_), r in per_case.items():
+        by_backend[backend].append(r)
+    entries = []
+    for backend, brows in by_backend.items():
+
+        def values(field, brows=brows):
+            return [r.get(field) for r in brows if r.get(field) is not None]
+
+        mems = values("first_extra_mem_bytes")
+        errors = sorted({r["first_call_error"] for r in brows if r.get("first_call_error")})
+        entries.append({
+            "backend": backend,
+            "host_us": _median(values("host_us")),
+            "host_cases": len(values("host_us")),
+            "first_cold_s": _median(values("first_call_cold_s")),
+            "first_warm_s": _median(values("first_call_warm_s")),
+            "first_cases": len(values("first_call_cold_s")),
+            "extra_mem_mib": max(mems) / 2**20 if mems else None,
+            "batch": _yes_no([r.get("batch_invariant") for r in brows],
+                             [r.get("batch_diff") or 0 for r in brows]),
+            "deterministic": _yes_no([r.get("deterministic") for r in brows],
+                                     [_diff_total(r.get("determinism_diff")) for r in brows]),
+            "errors": errors,
+        })  # fmt: skip
+    entries.sort(key=lambda e: (e["host_us"] is None, e["host_us"] or 0))
+    return entries
+
+
+def costs_table(rows: list[dict], op: str = "rmsnorm", mode: str = "fwd") -> str:
+    entries = cost_entries(rows, op, mode)
+    table = [[e["backend"], _fmt(e["host_us"], ".1f"), e["host_cases"], _fmt(e["first_cold_s"], ".2f"),
+              _fmt(e["first_warm_s"], ".2f"), e["first_cases"], _fmt(e["extra_mem_mib"], ".1f"),
+              e["batch"], e["deterministic"]] for e in entries]  # fmt: skip
+    headers = ["backend", "host us/call (median)", "cases", "first call s, cold caches",
+               "first call s, warm caches", "cases", "first-call extra MiB (max)",
+               "batch-invariant (bitwise)", "deterministic across processes"]  # fmt: skip
+    notes = [f"  {e['backend']}: {n}" for e in entries for n in e["errors"]]
+    text = tabulate(table, headers=headers, tablefmt="github")
+    return text + ("\nfirst-call errors:\n" + "\n".join(notes) if notes else "")
+
+
+def plot_vs_n(rows: list[dict], path: str, timing: str = "device") -> None:
+    """Bandwidth against N per backend: one panel per (op, mode), geomean over M and dtypes at
+    each N (rows that failed the oracle left out). Qk-norm views plot at their head_dim."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(op, mode) for op in ops_in(rows) for mode in ("fwd", "bwd")
+              if _plottable(rows, op, mode, timing)]  # fmt: skip
+    panels = panels or [("rmsnorm", "fwd")]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9.0, 4.2 * len(panels)), squeeze=False)
+    backends = dict.fromkeys(r["backend"] for r in rows)
+    colours = {b: f"C{i % 10}" for i, b in enumerate(backends)}
+    for ax, (op, mode) in zip(axes.flat, panels, strict=True):
+        chosen = _plottable(rows, op, mode, timing)
+        for backend in dict.fromkeys(r["backend"] for r in chosen):
+            points = defaultdict(list)
+            for r in chosen:
+                if r["backend"] == backend:
+                    points[r["n"]].append(r["gbps"])
+            xs = sorted(points)
+            ax.plot(xs, [_geomean(points[x]) for x in xs], marker="o", ms=3, label=backend,
+                    color=colours[backend])  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{op} {mode}, {timing} timing: GB/s against N (geomean over M, dtypes)")
+        ax.set_xlabel("N (hidden size; head_dim for qk-norm views)")
+        ax.set_ylabel("GB/s (byte model)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plottable(rows, op, mode, timing):
+    return [r for r in rows if op_of(r) == op and r["mode"] == mode and r["timing"] == timing
+            and r["status"] == "ok" and r.get("oracle_passed") is not False]  # fmt: skip
+
+
+def plot_first_call(rows: list[dict], path: str) -> None:
+    """First-call seconds per backend (median over its cases), cold and warm caches, fwd."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    entries = [e for op in ops_in(rows) for e in cost_entries(rows, op, "fwd")
+               if e["first_cold_s"] is not None]  # fmt: skip
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(entries) + 2), 4.5))
+    xs = range(len(entries))
+    ax.bar([x - 0.2 for x in xs], [e["first_cold_s"] for e in entries], 0.4, label="cold caches")
+    ax.bar([x + 0.2 for x in xs], [e["first_warm_s"] or 0 for e in entries], 0.4,
+           label="warm caches")  # fmt: skip
+    ax.set_xticks(list(xs), [e["backend"] for e in entries], rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel("seconds, first forward call (median over cases)")
+    ax.set_yscale("log")
+    ax.legend()
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def ncu_table(records: list[dict]) -> str:
+    """harness.ncu_bytes records: DRAM bytes read + written beside the byte model's count."""
+    body = [[r["backend"], r["shape"], r["dtype"], r["mode"], r.get("kernels", "-"),
+             _fmt(None if r.get("dram_bytes") is None else r["dram_bytes"] / 1e6, ".2f"),
+             f"{r['model_bytes'] / 1e6:.2f}", _fmt(r.get("ratio"), ".2f"), r.get("error") or ""]
+            for r in records]  # fmt: skip
+    return tabulate(body, headers=["backend", "shape", "dtype", "mode", "kernels",
+                                   "DRAM MB (read + write)", "model MB", "DRAM / model", ""],
+                    tablefmt="github")  # fmt: skip

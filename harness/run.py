@@ -18,8 +18,10 @@ import torch
 
 from harness import traffic
 from harness.checks import QUANTITIES, CheckResult, check_backend
-from harness.inputs import DEFAULT_EPS, Inputs, make_inputs
+from harness.inputs import DEFAULT_EPS, Inputs
+from harness.layouts import case_dims, make_case_inputs, private_copy
 from harness.oracle import reference
+from harness.shapes import HeadView, shape_label
 from impls import Backend
 
 MODES = ("fwd", "bwd")
@@ -40,6 +42,12 @@ class RunConfig:
     timings: Sequence[str] = TIMINGS
     eps: float = DEFAULT_EPS
     ceiling_gbps: float | None = None
+    #: Opt-in cost columns (harness.costs): "host_us", "batch_invariance" (in this process),
+    #: "first_call" (cold and warm caches, first-call memory and cross-process determinism:
+    #: two fresh subprocesses per backend and dtype; slow) and the cases first_call covers
+    #: (None: every case; cases outside config.shapes are ignored).
+    costs: Sequence[str] = ()
+    first_call_shapes: Sequence | None = None
 
 
 def _on_cuda() -> bool:
@@ -51,9 +59,7 @@ def _error_text(exc: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
-def _sets(
-    shape: tuple[int, int], dtype: torch.dtype, eps: float, with_residual: bool
-) -> list[Inputs]:
+def _sets(shape, dtype: torch.dtype, eps: float, with_residual: bool) -> list[Inputs]:
     """Input sets for one case: enough distinct ones on CUDA to exceed 3x the L2 per graph."""
     device = "cuda" if _on_cuda() else "cpu"
     count = 1
@@ -65,24 +71,32 @@ def _sets(
             traffic.counted_bytes("fwd", m, n, torch.empty((), dtype=dtype).element_size())
         )
     return [
-        make_inputs(shape, dtype, device, eps=eps, seed=1000 + i, with_residual=with_residual)
+        make_case_inputs(shape, dtype, device, eps=eps, seed=1000 + i, with_residual=with_residual)
         for i in range(count)
     ]
 
 
-def _leaf(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().requires_grad_(True)
+def _leaf(t: torch.Tensor, grad: bool = True, copy: bool = False) -> torch.Tensor:
+    """t as a leaf (needing a gradient when the backend has a backward); a private copy for
+    in-place backends, so the shared input sets never change."""
+    t = private_copy(t) if copy else t.detach()
+    return t.requires_grad_(grad)
 
 
 def _forward_calls(backend: Backend, fn, sets: list[Inputs]) -> tuple[list, list]:
-    """One zero-argument forward call per input set, and the leaves each call differentiates."""
-    w = _leaf(sets[0].weight)
+    """One zero-argument forward call per input set, and the leaves each call differentiates.
+
+    A forward-only backend gets leaves without gradients (an in-place op may not write into a
+    leaf that needs one); an in-place backend gets copies of x and r of its own, which its calls
+    overwrite over and over (the bytes moved per call stay the same)."""
+    grad = backend.has_backward
+    w = _leaf(sets[0].weight, grad)
     eps = sets[0].eps
     calls, leaves = [], []
     for s in sets:
-        x = _leaf(s.x)
+        x = _leaf(s.x, grad, backend.in_place)
         if backend.op == "add_rmsnorm":
-            r = _leaf(s.residual)
+            r = _leaf(s.residual, grad, backend.in_place)
             calls.append(lambda x=x, r=r: fn(x, r, w, eps))
             leaves.append((x, r, w))
         else:
@@ -136,10 +150,13 @@ def _floor(shape, dtype, timing: str, sets: list[Inputs]) -> float | None:
     from harness import timing as timers
     from harness.ceiling import triton_copy
 
-    outs = [torch.empty_like(s.x) for s in sets]
+    # The floor copies the case's logical bytes contiguously: a qk-norm view's x is strided, so
+    # its same-sized, contiguous dy is copied instead.
+    srcs = [s.x if s.x.is_contiguous() else s.dy for s in sets]
+    outs = [torch.empty_like(src) for src in srcs]
     if timing == "host":
-        return timers.time_host(lambda: triton_copy(sets[0].x, outs[0])).ms
-    calls = [lambda s=s, o=o: triton_copy(s.x, o) for s, o in zip(sets, outs, strict=True)]
+        return timers.time_host(lambda: triton_copy(srcs[0], outs[0])).ms
+    calls = [lambda s=s, o=o: triton_copy(s, o) for s, o in zip(srcs, outs, strict=True)]
     stream = torch.cuda.Stream()
     timers.warm_up(calls, stream)
     return timers.time_device(calls, stream).ms
@@ -173,6 +190,7 @@ def run(
 ) -> None:
     """Measure every case of ``config`` and hand each finished row to ``sink`` at once."""
     device = "cuda" if _on_cuda() else "cpu"
+    first_calls = _FirstCalls(config, progress)
     cases = [(s, d) for s in config.shapes for d in config.dtypes]
     total = len(cases) * len(config.backends)
     done = 0
@@ -180,7 +198,9 @@ def run(
     for shape, dtype in cases:
         m, n = shape
         es = torch.empty((), dtype=dtype).element_size()
-        with_residual = any(b.op == "add_rmsnorm" for b in config.backends)
+        with_residual = any(b.op == "add_rmsnorm" for b in config.backends) and not isinstance(
+            shape, HeadView
+        )
         try:
             sets = _sets(shape, dtype, config.eps, with_residual)
             # One oracle for every rmsnorm backend on these inputs; add_rmsnorm checks need the
@@ -190,7 +210,8 @@ def run(
                 reference(sets[0].x, sets[0].weight, sets[0].eps, sets[0].dy) if needs_ref else None
             )
         except Exception as exc:  # out of memory for this shape: record it, go on
-            progress(f"  {m}x{n} {DTYPE_NAMES[dtype]}: cannot make inputs: {_error_text(exc)}")
+            progress(f"  {shape_label(shape)} {DTYPE_NAMES[dtype]}: cannot make inputs: "
+                     f"{_error_text(exc)}")  # fmt: skip
             _free()
             continue
         floors = {}
@@ -204,19 +225,62 @@ def run(
             done += 1
             elapsed = time.perf_counter() - started
             progress(
-                f"[{done}/{total} {elapsed:5.0f}s] {backend.name} {DTYPE_NAMES[dtype]} {m}x{n}"
+                f"[{done}/{total} {elapsed:5.0f}s] {backend.name} {DTYPE_NAMES[dtype]} "
+                f"{shape_label(shape)}"
             )
             base = {
                 "backend": backend.name, "label": backend.label, "op": backend.op, "m": m, "n": n,
-                "shape": f"{m}x{n}", "dtype": DTYPE_NAMES[dtype],
+                "shape": shape_label(shape), "dtype": DTYPE_NAMES[dtype],
             }  # fmt: skip
+            if isinstance(shape, HeadView):
+                base.update(layout="qkv-view", tokens=shape.tokens, heads=shape.heads,
+                            kv_heads=shape.kv_heads)  # fmt: skip
             for row in _backend_rows(backend, shape, dtype, device, sets, ref, floors, config):
                 row = {**base, **row}
+                row.update(first_calls.columns(backend, dtype, base["shape"], row["mode"]))
                 row["bytes"] = traffic.counted_bytes(row["mode"], m, n, es, backend.op)
                 _add_bandwidth(row, config.ceiling_gbps, m, n, es)
                 sink(row)
         del sets, ref
         _free()
+
+
+class _FirstCalls:
+    """First-call columns (harness.costs) for the cases config.first_call_shapes names (all when
+    None; cases outside the run are ignored): a cold and a warm process per backend and dtype,
+    run when that backend's first case of that dtype comes up, so rows keep streaming out."""
+
+    def __init__(self, config: RunConfig, progress) -> None:
+        self.enabled = "first_call" in config.costs and _on_cuda()
+        wanted = list(config.shapes)
+        if config.first_call_shapes is not None:
+            wanted = [s for s in config.first_call_shapes if s in wanted]
+        self.wanted, self.progress = wanted, progress
+        self.table: dict[tuple, dict] = {}
+        self.done: set[tuple] = set()
+
+    def columns(self, backend: Backend, dtype: torch.dtype, label: str, mode: str) -> dict:
+        if not self.enabled:
+            return {}
+        name = DTYPE_NAMES[dtype]
+        if (backend.name, name) not in self.done:
+            self.done.add((backend.name, name))
+            self._measure(backend, dtype)
+        return self.table.get((backend.name, label, name, mode), {})
+
+    def _measure(self, backend: Backend, dtype: torch.dtype) -> None:
+        from harness import costs
+
+        cases = [s for s in self.wanted
+                 if backend.skip_reason(case_dims(s), dtype, "cuda") is None]  # fmt: skip
+        if not cases:
+            return
+        started = time.perf_counter()
+        found = costs.first_call_costs(backend.name, cases, DTYPE_NAMES[dtype])
+        self.progress(f"  first calls: {backend.name} {DTYPE_NAMES[dtype]}, {len(cases)} cases, "
+                      f"{time.perf_counter() - started:.0f} s")  # fmt: skip
+        for (label, mode), columns in found.items():
+            self.table[(backend.name, label, DTYPE_NAMES[dtype], mode)] = columns
 
 
 def _launch_configs(backend: Backend) -> dict | None:
@@ -231,9 +295,12 @@ def _launch_configs(backend: Backend) -> dict | None:
 
 
 def _backend_rows(backend, shape, dtype, device, sets, ref, floors, config):
-    reason = backend.skip_reason(shape, dtype, device)
+    reason = backend.skip_reason(case_dims(shape), dtype, device)
+    if reason is None and backend.op == "add_rmsnorm" and isinstance(shape, HeadView):
+        reason = "unsupported: the qk-norm views have no residual add"
     check = None
     fn = None
+    costs: dict = {}
     if reason is None:
         try:
             fn = backend.build()
@@ -241,11 +308,17 @@ def _backend_rows(backend, shape, dtype, device, sets, ref, floors, config):
         except Exception as exc:
             reason = f"error: {_error_text(exc)}"
         _launch_configs(backend)  # drop the check's launches: each row records its own
+    if reason is None and config.costs:
+        from harness import costs as cost_columns
+
+        costs = cost_columns.measure(backend, fn, shape, dtype, sets[0], config)
+        _launch_configs(backend)
     for mode in config.modes:
         for timing in config.timings:
             row = {"mode": mode, "timing": timing, "floor_ms": floors.get(timing)}
             if mode == "fwd" or backend.has_backward:
                 row.update(_oracle_fields(check, backend.op, mode))
+            row.update(costs.get(mode, {}))
             if reason is not None:
                 status, _, why = reason.partition(": ")
                 yield {**row, "status": status, "reason": why}

@@ -4,14 +4,19 @@ Each backend lives in its own module of this package and defines ``BACKEND``, a 
 :class:`Backend` (or ``BACKENDS``, a tuple, when one library offers several ops). Adding a
 backend is one new module plus one line in ``_BACKEND_MODULES``.
 
-A backend is described, never run, at import: optional packages (Apex, Liger, QuACK) are imported
-only inside ``unavailable()`` and ``build()``, so a missing package becomes a reason string
-instead of an ImportError.
+A backend is described, never run, at import: optional packages (Apex, Liger, QuACK, FlashInfer,
+cuDNN, fla, ...) are imported only inside ``unavailable()`` and ``build()``, so a missing package
+becomes a reason string instead of an ImportError. A backend that cannot be carried to the GPU
+machine at all (TransformerEngine, vLLM, SGLang: ``not_runnable.py``) is still registered: its
+reason then shows in tables and skips.
 
 Two ops are measured, each with one signature for the callables its backends build:
 - ``rmsnorm``: ``fn(x, weight, eps) -> y``, differentiable in x and weight;
 - ``add_rmsnorm`` (pre-norm residual add): ``fn(x, residual, weight, eps) -> (y, h)`` with
   h = x + residual and y = RMSNorm(h), differentiable in x, residual and weight.
+
+More ops join by adding a name to ``OPS`` and giving the harness their signature; Backend fields
+that only some ops use say so.
 """
 
 from __future__ import annotations
@@ -43,6 +48,10 @@ _BACKEND_MODULES: tuple[str, ...] = (
     "torch_native_fp32_weight",
     "liger",
     "quack",
+    "flashinfer",
+    "cudnn_frontend",
+    "fla",
+    "not_runnable",
 )
 
 
@@ -75,6 +84,13 @@ class Backend:
     role: "ours" (the project's kernel: what the ours-against-the-fastest-peer tables compare),
         "baseline" (eager PyTorch: the "x eager" speedups divide by it) or "peer"; one "ours"
         and one "baseline" per op.
+    in_place: True when fn writes its results into its inputs (FlashInfer's fused_add_rmsnorm:
+        y into x's buffer, h into the residual's) and returns those buffers. The harness then
+        hands it private copies of the inputs, made outside any timed region, so no other
+        backend sees them changed; the bytes it moves are the same 4*M*N (reads x and r, writes
+        y and h), only to other addresses.
+    weight_offset: y = x_hat * (weight_offset + weight): 1.0 for Gemma's form. The oracle
+        judges such a backend with the same offset, on the same weight.
     launch_configs: for backends that choose launch configurations at run time (our autotuned
         kernel): returns the configurations used since its last call, and forgets them, so the
         harness can record per result row which configuration was timed. None otherwise.
@@ -99,6 +115,8 @@ class Backend:
     add_normalizes: str = "stored_sum"
     role: str = "peer"
     launch_configs: Callable[[], dict] | None = None
+    in_place: bool = False
+    weight_offset: float = 0.0
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
