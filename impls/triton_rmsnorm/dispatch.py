@@ -184,23 +184,43 @@ def lookup(direction: str, dtypes: tuple, residual: bool, n: int, m: int, device
 
 
 @contextlib.contextmanager
-def override(forward: str | None = None, backward: str | None = None):
+def override(
+    forward: str | None = None,
+    backward: str | None = None,
+    forward_configs: dict | None = None,
+    backward_configs: dict | None = None,
+):
     """Force the forward and/or backward path by name (launch.path_name: "single_tile",
     "looped", "split", "held_row", "held_row(warps=16)", "wide", "two_role", ...) for calls
     made in this thread inside the block. A forced path that is not offered for a call raises
-    ValueError naming the offered ones. The kernels take the table's configurations when the
+    ValueError naming the offered ones. The kernels take forward_configs / backward_configs
+    (kernel name -> launch keywords, as in a table entry) when given, else the table's when the
     table picks the same path for the call, else the heuristic's; replays are bypassed."""
     for name, value in (("forward", forward), ("backward", backward)):
         if value is not None and not isinstance(value, str):
             raise TypeError(
                 f"{name}: expected a path name (str) or None, got {type(value).__name__}"
             )
+    for name, value, path in (("forward_configs", forward_configs, forward),
+                              ("backward_configs", backward_configs, backward)):  # fmt: skip
+        if value is not None and (not isinstance(value, dict) or path is None):
+            raise TypeError(
+                f"{name}: expected a dict of kernel name -> launch keywords, with its path named"
+            )
     stack = _override_stack()
-    stack.append({"fwd": forward, "bwd": backward})
+    stack.append({"fwd": forward, "bwd": backward,
+                  "fwd_configs": forward_configs, "bwd_configs": backward_configs})  # fmt: skip
     try:
         yield
     finally:
         stack.pop()
+
+
+def forced_configs(direction: str) -> dict | None:
+    for layer in reversed(getattr(_ACTIVE, "overrides", None) or ()):
+        if layer[direction] is not None:
+            return layer[direction + "_configs"]
+    return None
 
 
 def _override_stack() -> list:
@@ -246,6 +266,13 @@ def tuning(table_path: str | os.PathLike | None = None, allow_group: bool = Fals
         with _TUNING_LOCK:
             _SESSION = None
             _forget_lookups()
+
+
+def add_entry(entry: Entry) -> None:
+    """Add (or replace) an entry in the open tuning session's table (and its file)."""
+    if _SESSION is None:
+        raise RuntimeError("rmsnorm: dispatch.add_entry needs an open dispatch.tuning() session")
+    _SESSION.add(entry)
 
 
 def _session(device_index: int) -> _Session | None:

@@ -676,9 +676,7 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> dict:
                 )
             config = _TUNED[key] = _tuned_config(kernel_name, grid, args, kwargs)
     else:
-        config = _table_config(kernel_name, args, kwargs) or _heuristic_config(
-            kernel_name, kwargs["BLOCK_N"]
-        )
+        config = _table_config(kernel_name) or _heuristic_config(kernel_name, kwargs["BLOCK_N"])
     _LAUNCHED[kernel_name] = config
     _harvest(kernel_name, config)
     grid, meta = _kernel_grid_and_meta(kernel_name, grid, {**kwargs, **config})
@@ -694,28 +692,26 @@ def _harvest(kernel_name: str, config: dict) -> None:
         launched[kernel_name] = dict(config)
 
 
-#: (kernel, table configuration, the launch's integer arguments) -> whether the configuration is
-#: among the kernel's candidates for that launch (at most VALIDATED_CAP remembered).
-_VALIDATED: dict[tuple, bool] = {}
-VALIDATED_CAP = 4096
-
-
-def _table_config(kernel_name: str, args: tuple, constexprs: dict) -> dict | None:
+def _table_config(kernel_name: str) -> dict | None:
     """The dispatch table's configuration for this kernel in the running path (dispatch.py),
-    if it has one and it is among the kernel's candidates for this launch (an entry serves
-    neighbouring N and M, where a pruning rule may exclude it); else None (the heuristic)."""
+    if it has one and it is in the kernel's configuration space (_configs); else None (the
+    heuristic). Not checked against the pruning of a launch's candidates: pruning is about
+    speed at the tuned M (every configuration in the space runs at every M of one padded
+    width), and a configuration that changed with M would change the bits with M."""
     configs = getattr(dispatch._ACTIVE, "configs", None)
     config = configs.get(kernel_name) if configs else None
     if config is None:
         return None
-    key = (kernel_name, tuple(sorted(config.items())),
-           *(a for a in args if type(a) is int), *constexprs.items())  # fmt: skip
-    valid = _VALIDATED.get(key)
-    if valid is None:
-        valid = config in _candidates(kernel_name, args, constexprs)
-        if len(_VALIDATED) < VALIDATED_CAP:
-            _VALIDATED[key] = valid
-    return config if valid else None
+    return config if tuple(sorted(config.items())) in _config_space(kernel_name) else None
+
+
+@functools.cache
+def _config_space(kernel_name: str) -> frozenset:
+    """Every configuration the tuner may pick for the kernel, as sorted launch-keyword items."""
+    return frozenset(
+        tuple(sorted({**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages}.items()))
+        for c in _configs(kernel_name)
+    )
 
 
 def _kernel_grid_and_meta(kernel_name: str, grid, meta: dict) -> tuple:
@@ -901,8 +897,8 @@ def _forward_paths(m: int, n: int, device: torch.device) -> list:
         return [_forward_single_tile]
     if not forward_is_looped(n):
         return [_forward_single_tile, _forward_looped]
-    if rows_are_split(m, device):
-        return [_forward_split]
+    if rows_are_split(m, device):  # looped too: a table may keep one path at every M (bits)
+        return [_forward_split, _forward_looped]
     return [_forward_looped]
 
 
@@ -992,7 +988,8 @@ def _dispatch(direction: str, dtypes: tuple, residual: bool, n: int, m: int, pat
     path, configs = paths[0], None
     if name is not None:
         path = _named_path(paths, name, direction)
-        if entry is not None and entry.path == path_name(path):
+        configs = dispatch.forced_configs(direction)
+        if configs is None and entry is not None and entry.path == path_name(path):
             configs = entry.configs
     elif entry is not None:
         for offered in paths:
