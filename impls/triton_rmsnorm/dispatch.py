@@ -343,14 +343,19 @@ def tunes(direction: str, dtypes: tuple, residual: bool, n: int, m: int, device)
 
 
 def tune_call(session: _Session, direction: str, dtypes: tuple, residual: bool, n: int, m: int,
-              paths: list, args: tuple, device, fastest, name_of) -> None:  # fmt: skip
+              paths: list, args: tuple, device, fastest, name_of) -> bool:  # fmt: skip
     """Measure the call's paths (fastest(paths, args): each path's first run tunes its
     kernels; then each is timed), run the fastest once more to harvest its kernels'
     configurations, and add the entry to the session. The caller's outputs are written by
-    these runs (every path writes the same outputs from the same inputs)."""
+    these runs (every path writes the same outputs from the same inputs). False, having run
+    nothing, when another thread added the call's entry while this one waited for the lock:
+    the caller then takes the entry as any call does (so both threads get the same bits)."""
     if not session.allow_group:
         paths = [p for p in paths if not is_group_path(name_of(p))]
+    key = entry_key(direction, dtypes, residual)
     with _TUNING_LOCK:
+        if (key, n, dispatch_table.m_class(m)) in session.table:
+            return False
         stream = private_stream(device.index or 0)
         outer = (measuring(), getattr(_ACTIVE, "stream", None))
         _ACTIVE.measuring, _ACTIVE.stream = True, stream
@@ -363,8 +368,8 @@ def tune_call(session: _Session, direction: str, dtypes: tuple, residual: bool, 
                 _ACTIVE.launched = None
         finally:
             _ACTIVE.measuring, _ACTIVE.stream = outer
-        key = entry_key(direction, dtypes, residual)
         session.add(Entry(key, n, dispatch_table.m_class(m), name_of(path), launched))
+    return True
 
 
 def tuning_stream():

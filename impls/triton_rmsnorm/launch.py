@@ -980,9 +980,10 @@ def _dispatch(direction: str, dtypes: tuple, residual: bool, n: int, m: int, pat
     if device.type == "cuda" and not _INTERPRETING:
         if name is None:
             session = dispatch.tunes(direction, dtypes, residual, n, m, device)
-            if session is not None:
-                dispatch.tune_call(session, direction, dtypes, residual, n, m, paths, args,
-                                   device, _fastest, path_name)  # fmt: skip
+            if session is not None and dispatch.tune_call(
+                session, direction, dtypes, residual, n, m, paths, args, device, _fastest,
+                path_name,
+            ):  # fmt: skip
                 return
         entry = dispatch.lookup(direction, dtypes, residual, n, m, device.index or 0)
     path, configs = paths[0], None
