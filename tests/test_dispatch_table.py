@@ -100,13 +100,13 @@ def test_committed_tables_are_package_data():
 
 
 def test_path_names():
-    assert launch.path_name(launch._forward_single_tile) == "single_tile"
-    assert launch.path_name(launch._forward_looped) == "looped"
-    assert launch.path_name(launch._backward_wide) == "wide"
-    assert launch.path_name(launch._HELD_ROW_BACKWARDS[0]) == "held_row(warps=16)"
+    assert dispatch.path_name(launch._forward_single_tile) == "single_tile"
+    assert dispatch.path_name(launch._forward_looped) == "looped"
+    assert dispatch.path_name(launch._backward_wide) == "wide"
+    assert dispatch.path_name(launch._HELD_ROW_BACKWARDS[0]) == "held_row(warps=16)"
     group = launch._held_group_forward_path(launch.HELD_GROUP_FORWARDS[0])
-    assert launch.path_name(group) == "held_group(slice_n=4096,ring=3,per_sm=6,warps=4)"
-    assert dispatch.is_group_path(launch.path_name(group))
+    assert dispatch.path_name(group) == "held_group(slice_n=4096,ring=3,per_sm=6,warps=4)"
+    assert dispatch.is_group_path(dispatch.path_name(group))
 
 
 def _forward(n: int, m: int = 3):
@@ -168,7 +168,7 @@ def test_a_tuning_session_harvests_the_measured_path_and_its_configurations(tmp_
     paths = [launch._forward_single_tile, launch._forward_looped, group]
     dtypes = (x.dtype, w.dtype, y.dtype)
     dispatch.tune_call(session, "fwd", dtypes, False, 256, 3, paths, args, x.device, fastest,
-                       launch.path_name)  # fmt: skip
+                       dispatch.path_name)  # fmt: skip
     assert offered == paths[:2]
     assert not dispatch.measuring()
     (entry,) = Table.load(path).entries()

@@ -45,6 +45,7 @@ import torch
 from . import dispatch_table
 from .dispatch_table import Entry, Key, Table
 
+_INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") == "1"  # as launch.py reads it
 _HEURISTIC_ONLY = os.environ.get("RMSNORM_TRITON_AUTOTUNE", "1") == "0"
 _TUNE_ENV = os.environ.get("RMSNORM_TRITON_TUNE", "0") == "1"
 _TUNE_GROUP_ENV = os.environ.get("RMSNORM_TRITON_TUNE_GROUP", "0") == "1"
@@ -69,8 +70,8 @@ class _Session:
     def add(self, entry: Entry) -> None:
         self.table.add(entry)
         if self.path is not None:
-            on_disk = Table.load(self.path) if self.path.exists() else Table()
-            on_disk.add(entry)  # another process may have added entries since
+            on_disk = _read(self.path)  # another process may have added entries since
+            on_disk.add(entry)
             on_disk.meta = {**on_disk.meta, **self.table.meta}
             on_disk.save(self.path)
         _forget_lookups()
@@ -190,7 +191,7 @@ def override(
     forward_configs: dict | None = None,
     backward_configs: dict | None = None,
 ):
-    """Force the forward and/or backward path by name (launch.path_name: "single_tile",
+    """Force the forward and/or backward path by name (dispatch.path_name: "single_tile",
     "looped", "split", "held_row", "held_row(warps=16)", "wide", "two_role", ...) for calls
     made in this thread inside the block. A forced path that is not offered for a call raises
     ValueError naming the offered ones. The kernels take forward_configs / backward_configs
@@ -375,3 +376,75 @@ def tune_call(session: _Session, direction: str, dtypes: tuple, residual: bool, 
 def tuning_stream():
     """The private stream of the tuning running in this thread (tuning.fastest times on it)."""
     return getattr(_ACTIVE, "stream", None)
+
+
+# ---- the call ------------------------------------------------------------------------------
+
+
+@functools.cache
+def path_name(path) -> str:
+    """A path's public name (dispatch tables, dispatch.override): its function's name without
+    the direction ("single_tile", "looped", "split", "held_row", "wide", "two_role"), with its
+    keywords ("held_row(warps=16)", "held_group(slice_n=4096,ring=3,per_sm=6,warps=4)")."""
+    function = getattr(path, "func", path)  # functools.partial: its function and keywords
+    name = function.__name__.removeprefix("_forward_").removeprefix("_backward_")
+    parts = []
+    for key, value in getattr(path, "keywords", {}).items():
+        fields = getattr(value, "_asdict", None)
+        if fields is not None:  # a configuration (NamedTuple): its fields
+            parts.extend(f"{k}={v}" for k, v in fields().items())
+        else:
+            parts.append(f"{key}={value}")
+    return f"{name}({','.join(parts)})" if parts else name
+
+
+def _named_path(paths: list, name: str, direction: str):
+    """The offered path of that name; a bare name ("held_row") takes the first of its kind."""
+    for path in paths:
+        full = path_name(path)
+        if full == name or full.split("(")[0] == name:
+            return path
+    offered = ", ".join(path_name(p) for p in paths)
+    raise ValueError(
+        f"dispatch.override: the {direction} path {name!r} is not offered for this call; "
+        f"offered: {offered}"
+    )
+
+
+def run(direction: str, dtypes: tuple, residual: bool, n: int, m: int, paths: list,
+        device: torch.device, args: tuple, fastest) -> None:  # fmt: skip
+    """Run the call (args) on the path of `paths` (the default first) that serves it: a forced
+    one (override), else an opt-in tuning's pick (fastest(paths, args) measures them), else
+    the dispatch table's, else the default in heuristic configurations. The path's kernels
+    read the chosen configurations from _ACTIVE.configs (launch._launch)."""
+    name = forced(direction) if overridden() else None
+    entry = None
+    if device.type == "cuda" and not _INTERPRETING:
+        if name is None:
+            session = tunes(direction, dtypes, residual, n, m, device)
+            if session is not None and tune_call(
+                session, direction, dtypes, residual, n, m, paths, args, device, fastest,
+                path_name,
+            ):  # fmt: skip
+                return
+        entry = lookup(direction, dtypes, residual, n, m, device.index or 0)
+    path, configs = paths[0], None
+    if name is not None:
+        path = _named_path(paths, name, direction)
+        configs = forced_configs(direction)
+        if configs is None and entry is not None and entry.path == path_name(path):
+            configs = entry.configs
+    elif entry is not None:
+        for offered in paths:
+            if path_name(offered) == entry.path:
+                path, configs = offered, entry.configs
+                break
+    if configs is None:
+        path(*args)
+        return
+    outer = getattr(_ACTIVE, "configs", None)
+    _ACTIVE.configs = configs
+    try:
+        path(*args)
+    finally:
+        _ACTIVE.configs = outer

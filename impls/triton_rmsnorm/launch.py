@@ -928,7 +928,7 @@ def _fastest(paths: list, args: tuple):
             path(*args)
         except Exception as error:  # an optional path never takes the call down
             warnings.warn(
-                f"rmsnorm: the {path_name(path)} path failed at its first call and is left out "
+                f"rmsnorm: the {dispatch.path_name(path)} path failed at its first call and is left out "
                 f"({type(error).__name__}: {str(error)[:200]})",
                 RuntimeWarning,
                 stacklevel=2,
@@ -940,72 +940,11 @@ def _fastest(paths: list, args: tuple):
     )
 
 
-@functools.cache
-def path_name(path) -> str:
-    """A path's public name (dispatch tables, dispatch.override): its function's name without
-    the direction ("single_tile", "looped", "split", "held_row", "wide", "two_role"), with its
-    keywords ("held_row(warps=16)", "held_group(slice_n=4096,ring=3,per_sm=6,warps=4)")."""
-    function = getattr(path, "func", path)  # functools.partial: its function and keywords
-    name = function.__name__.removeprefix("_forward_").removeprefix("_backward_")
-    parts = []
-    for key, value in getattr(path, "keywords", {}).items():
-        fields = getattr(value, "_asdict", None)
-        if fields is not None:  # a configuration (NamedTuple): its fields
-            parts.extend(f"{k}={v}" for k, v in fields().items())
-        else:
-            parts.append(f"{key}={value}")
-    return f"{name}({','.join(parts)})" if parts else name
-
-
-def _named_path(paths: list, name: str, direction: str):
-    """The offered path of that name; a bare name ("held_row") takes the first of its kind."""
-    for path in paths:
-        full = path_name(path)
-        if full == name or full.split("(")[0] == name:
-            return path
-    offered = ", ".join(path_name(p) for p in paths)
-    raise ValueError(
-        f"dispatch.override: the {direction} path {name!r} is not offered for this call; "
-        f"offered: {offered}"
-    )
-
-
 def _dispatch(direction: str, dtypes: tuple, residual: bool, n: int, m: int, paths: list,
               device: torch.device, args: tuple) -> None:  # fmt: skip
-    """Run the call on the path that serves it (dispatch.py): a forced one (dispatch.override),
-    else a runtime tuning's pick (opt-in), else the dispatch table's, else the default (the
-    first offered) in heuristic configurations."""
-    name = dispatch.forced(direction) if dispatch.overridden() else None
-    entry = None
-    if device.type == "cuda" and not _INTERPRETING:
-        if name is None:
-            session = dispatch.tunes(direction, dtypes, residual, n, m, device)
-            if session is not None and dispatch.tune_call(
-                session, direction, dtypes, residual, n, m, paths, args, device, _fastest,
-                path_name,
-            ):  # fmt: skip
-                return
-        entry = dispatch.lookup(direction, dtypes, residual, n, m, device.index or 0)
-    path, configs = paths[0], None
-    if name is not None:
-        path = _named_path(paths, name, direction)
-        configs = dispatch.forced_configs(direction)
-        if configs is None and entry is not None and entry.path == path_name(path):
-            configs = entry.configs
-    elif entry is not None:
-        for offered in paths:
-            if path_name(offered) == entry.path:
-                path, configs = offered, entry.configs
-                break
-    if configs is None:
-        path(*args)
-        return
-    outer = getattr(dispatch._ACTIVE, "configs", None)
-    dispatch._ACTIVE.configs = configs
-    try:
-        path(*args)
-    finally:
-        dispatch._ACTIVE.configs = outer
+    """Run the call on the path that serves it (dispatch.run: an override, an opt-in tuning's
+    measurement with _fastest, the dispatch table, or the default in heuristic configurations)."""
+    dispatch.run(direction, dtypes, residual, n, m, paths, device, args, _fastest)
 
 
 def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
