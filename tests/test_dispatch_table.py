@@ -200,3 +200,43 @@ def test_tuner_cli_lists_its_grid(capsys):
         tune.parse_args(["--dtypes", "int8"])
     points = tune.grid(tune.parse_args(["--dtypes", "fp32", "--no-presets"]))
     assert {p[3] for p in points} == {1024, 2048, 4096, 8192}  # fp32 takes fewer widths
+
+
+def test_tuner_main_sweeps_saves_resumes_with_merge_and_stops_on_budget(tmp_path, monkeypatch):
+    """tune.main's loop with the GPU call replaced (each point adds the entry its tuning would):
+    every point saved as it finishes, --merge skips what the table holds, --budget-s stops
+    between points, a failing point is reported and the sweep goes on."""
+    from impls.triton_rmsnorm import tune
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(dispatch, "_HEURISTIC_ONLY", False)
+    ran = []
+
+    def run_point(point, device):
+        ran.append(point)
+        if point[3] == 512 and point[0] == "bwd":
+            raise torch.OutOfMemoryError("no room")
+        key, n, m = tune._point_key(point)
+        dispatch.add_entry(Entry(key, n, m, "single_tile", {}))
+
+    monkeypatch.setattr(tune, "run_point", run_point)
+    out = tmp_path / "t.json"
+    grid = ["--out", str(out), "--n", "256,512", "--m", "1,64", "--dtypes", "bf16",
+            "--no-batch-invariance"]  # fmt: skip
+    assert tune.main(grid) == 0
+    assert len(ran) == 8 and len(Table.load(out)) == 6  # two backward points failed
+    ran.clear()
+    assert tune.main([*grid, "--merge"]) == 1  # nothing new, only failures: rc 1
+    assert [p[3] for p in ran] == [512, 512]  # only the failed ones are tried again
+    assert len(Table.load(out)) == 6
+    ran.clear()
+    clock = iter(range(0, 1000, 10))
+    monkeypatch.setattr(tune.time, "perf_counter", lambda: next(clock))
+    # a fresh table; the clock moves 10 s a reading, 3 readings a point: 2 points in 45 s
+    assert tune.main([*grid[:-1], "--budget-s", "45"]) == 0
+    assert len(ran) == 2 and len(Table.load(out)) == 2
+    assert Table.load(out).meta["gpu"] == "NVIDIA H200"
