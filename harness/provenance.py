@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import hashlib
 import importlib.metadata
 import os
 import platform
@@ -43,8 +44,10 @@ def collect() -> dict:
         "python": platform.python_version(),
         "versions": {p: _version(p) for p in _PACKAGES},
         "cuda": torch.version.cuda,
-        # Our kernels' launch configs: autotuned (the product) or the quick-check heuristic.
+        # Our kernels' launch configs: the dispatch table (the product; heuristic where it has
+        # no entry), or the quick-check heuristic only (RMSNORM_TRITON_AUTOTUNE=0).
         "triton_autotune": os.environ.get("RMSNORM_TRITON_AUTOTUNE", "1") != "0",
+        "triton_runtime_tuning": os.environ.get("RMSNORM_TRITON_TUNE", "0") == "1",
     }
     info["versions"]["torch"] = torch.__version__
     if torch.cuda.is_available():
@@ -55,12 +58,26 @@ def collect() -> dict:
         info["memory_bytes"] = int(props.total_memory)
         info["driver"] = _nvidia_smi("driver_version")
         info["torch_rms_norm"] = rms_norm_dispatch()
+        info["dispatch_table"] = _dispatch_table(props.name)
     else:
         info["gpu"] = None
         info["note"] = (
             "no CUDA device: Triton ran through its interpreter; times are not performance numbers"
         )
     return info
+
+
+def _dispatch_table(gpu_name: str) -> dict | None:
+    """The committed dispatch table our op reads on this GPU: its file and sha256 (None: no
+    table, the heuristic serves every call)."""
+    from impls.triton_rmsnorm import dispatch_table
+
+    path = dispatch_table.committed_table_path(gpu_name)
+    if not path.exists():
+        return None
+    data = path.read_bytes()
+    return {"file": path.name, "sha256": hashlib.sha256(data).hexdigest()[:16],
+            "entries": data.count(b'"direction"')}  # fmt: skip
 
 
 def _nvidia_smi(field: str) -> str | None:

@@ -100,13 +100,13 @@ def test_committed_tables_are_package_data():
 
 
 def test_path_names():
-    assert launch.path_name(launch._forward_single_tile) == "single_tile"
-    assert launch.path_name(launch._forward_looped) == "looped"
-    assert launch.path_name(launch._backward_wide) == "wide"
-    assert launch.path_name(launch._HELD_ROW_BACKWARDS[0]) == "held_row(warps=16)"
+    assert dispatch.path_name(launch._forward_single_tile) == "single_tile"
+    assert dispatch.path_name(launch._forward_looped) == "looped"
+    assert dispatch.path_name(launch._backward_wide) == "wide"
+    assert dispatch.path_name(launch._HELD_ROW_BACKWARDS[0]) == "held_row(warps=16)"
     group = launch._held_group_forward_path(launch.HELD_GROUP_FORWARDS[0])
-    assert launch.path_name(group) == "held_group(slice_n=4096,ring=3,per_sm=6,warps=4)"
-    assert dispatch.is_group_path(launch.path_name(group))
+    assert dispatch.path_name(group) == "held_group(slice_n=4096,ring=3,per_sm=6,warps=4)"
+    assert dispatch.is_group_path(dispatch.path_name(group))
 
 
 def _forward(n: int, m: int = 3):
@@ -168,7 +168,7 @@ def test_a_tuning_session_harvests_the_measured_path_and_its_configurations(tmp_
     paths = [launch._forward_single_tile, launch._forward_looped, group]
     dtypes = (x.dtype, w.dtype, y.dtype)
     dispatch.tune_call(session, "fwd", dtypes, False, 256, 3, paths, args, x.device, fastest,
-                       launch.path_name)  # fmt: skip
+                       dispatch.path_name)  # fmt: skip
     assert offered == paths[:2]
     assert not dispatch.measuring()
     (entry,) = Table.load(path).entries()
@@ -200,3 +200,43 @@ def test_tuner_cli_lists_its_grid(capsys):
         tune.parse_args(["--dtypes", "int8"])
     points = tune.grid(tune.parse_args(["--dtypes", "fp32", "--no-presets"]))
     assert {p[3] for p in points} == {1024, 2048, 4096, 8192}  # fp32 takes fewer widths
+
+
+def test_tuner_main_sweeps_saves_resumes_with_merge_and_stops_on_budget(tmp_path, monkeypatch):
+    """tune.main's loop with the GPU call replaced (each point adds the entry its tuning would):
+    every point saved as it finishes, --merge skips what the table holds, --budget-s stops
+    between points, a failing point is reported and the sweep goes on."""
+    from impls.triton_rmsnorm import tune
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(dispatch, "_HEURISTIC_ONLY", False)
+    ran = []
+
+    def run_point(point, device):
+        ran.append(point)
+        if point[3] == 512 and point[0] == "bwd":
+            raise torch.OutOfMemoryError("no room")
+        key, n, m = tune._point_key(point)
+        dispatch.add_entry(Entry(key, n, m, "single_tile", {}))
+
+    monkeypatch.setattr(tune, "run_point", run_point)
+    out = tmp_path / "t.json"
+    grid = ["--out", str(out), "--n", "256,512", "--m", "1,64", "--dtypes", "bf16",
+            "--no-batch-invariance"]  # fmt: skip
+    assert tune.main(grid) == 0
+    assert len(ran) == 8 and len(Table.load(out)) == 6  # two backward points failed
+    ran.clear()
+    assert tune.main([*grid, "--merge"]) == 1  # nothing new, only failures: rc 1
+    assert [p[3] for p in ran] == [512, 512]  # only the failed ones are tried again
+    assert len(Table.load(out)) == 6
+    ran.clear()
+    clock = iter(range(0, 1000, 10))
+    monkeypatch.setattr(tune.time, "perf_counter", lambda: next(clock))
+    # a fresh table; the clock moves 10 s a reading, 3 readings a point: 2 points in 45 s
+    assert tune.main([*grid[:-1], "--budget-s", "45"]) == 0
+    assert len(ran) == 2 and len(Table.load(out)) == 2
+    assert Table.load(out).meta["gpu"] == "NVIDIA H200"

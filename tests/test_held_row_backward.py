@@ -545,7 +545,7 @@ def test_the_measured_choice_is_remembered_and_captured(monkeypatch):
         chosen = [e for e in table.entries() if e.key.direction == "bwd"]
         groups = (launch._held_group_backward_path(c) for c in launch.HELD_GROUP_BACKWARDS)
         offered = (launch._backward_wide, *launch._HELD_ROW_BACKWARDS, *groups)
-        assert len(chosen) == 1 and chosen[0].path in map(launch.path_name, offered)
+        assert len(chosen) == 1 and chosen[0].path in map(dispatch.path_name, offered)
         _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
         assert [e for e in table.entries() if e.key.direction == "bwd"] == chosen
 

@@ -45,6 +45,7 @@ import torch
 from . import dispatch_table
 from .dispatch_table import Entry, Key, Table
 
+_INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") == "1"  # as launch.py reads it
 _HEURISTIC_ONLY = os.environ.get("RMSNORM_TRITON_AUTOTUNE", "1") == "0"
 _TUNE_ENV = os.environ.get("RMSNORM_TRITON_TUNE", "0") == "1"
 _TUNE_GROUP_ENV = os.environ.get("RMSNORM_TRITON_TUNE_GROUP", "0") == "1"
@@ -69,8 +70,8 @@ class _Session:
     def add(self, entry: Entry) -> None:
         self.table.add(entry)
         if self.path is not None:
-            on_disk = Table.load(self.path) if self.path.exists() else Table()
-            on_disk.add(entry)  # another process may have added entries since
+            on_disk = _read(self.path)  # another process may have added entries since
+            on_disk.add(entry)
             on_disk.meta = {**on_disk.meta, **self.table.meta}
             on_disk.save(self.path)
         _forget_lookups()
@@ -184,23 +185,43 @@ def lookup(direction: str, dtypes: tuple, residual: bool, n: int, m: int, device
 
 
 @contextlib.contextmanager
-def override(forward: str | None = None, backward: str | None = None):
-    """Force the forward and/or backward path by name (launch.path_name: "single_tile",
+def override(
+    forward: str | None = None,
+    backward: str | None = None,
+    forward_configs: dict | None = None,
+    backward_configs: dict | None = None,
+):
+    """Force the forward and/or backward path by name (dispatch.path_name: "single_tile",
     "looped", "split", "held_row", "held_row(warps=16)", "wide", "two_role", ...) for calls
     made in this thread inside the block. A forced path that is not offered for a call raises
-    ValueError naming the offered ones. The kernels take the table's configurations when the
+    ValueError naming the offered ones. The kernels take forward_configs / backward_configs
+    (kernel name -> launch keywords, as in a table entry) when given, else the table's when the
     table picks the same path for the call, else the heuristic's; replays are bypassed."""
     for name, value in (("forward", forward), ("backward", backward)):
         if value is not None and not isinstance(value, str):
             raise TypeError(
                 f"{name}: expected a path name (str) or None, got {type(value).__name__}"
             )
+    for name, value, path in (("forward_configs", forward_configs, forward),
+                              ("backward_configs", backward_configs, backward)):  # fmt: skip
+        if value is not None and (not isinstance(value, dict) or path is None):
+            raise TypeError(
+                f"{name}: expected a dict of kernel name -> launch keywords, with its path named"
+            )
     stack = _override_stack()
-    stack.append({"fwd": forward, "bwd": backward})
+    stack.append({"fwd": forward, "bwd": backward,
+                  "fwd_configs": forward_configs, "bwd_configs": backward_configs})  # fmt: skip
     try:
         yield
     finally:
         stack.pop()
+
+
+def forced_configs(direction: str) -> dict | None:
+    for layer in reversed(getattr(_ACTIVE, "overrides", None) or ()):
+        if layer[direction] is not None:
+            return layer[direction + "_configs"]
+    return None
 
 
 def _override_stack() -> list:
@@ -246,6 +267,13 @@ def tuning(table_path: str | os.PathLike | None = None, allow_group: bool = Fals
         with _TUNING_LOCK:
             _SESSION = None
             _forget_lookups()
+
+
+def add_entry(entry: Entry) -> None:
+    """Add (or replace) an entry in the open tuning session's table (and its file)."""
+    if _SESSION is None:
+        raise RuntimeError("rmsnorm: dispatch.add_entry needs an open dispatch.tuning() session")
+    _SESSION.add(entry)
 
 
 def _session(device_index: int) -> _Session | None:
@@ -316,14 +344,19 @@ def tunes(direction: str, dtypes: tuple, residual: bool, n: int, m: int, device)
 
 
 def tune_call(session: _Session, direction: str, dtypes: tuple, residual: bool, n: int, m: int,
-              paths: list, args: tuple, device, fastest, name_of) -> None:  # fmt: skip
+              paths: list, args: tuple, device, fastest, name_of) -> bool:  # fmt: skip
     """Measure the call's paths (fastest(paths, args): each path's first run tunes its
     kernels; then each is timed), run the fastest once more to harvest its kernels'
     configurations, and add the entry to the session. The caller's outputs are written by
-    these runs (every path writes the same outputs from the same inputs)."""
+    these runs (every path writes the same outputs from the same inputs). False, having run
+    nothing, when another thread added the call's entry while this one waited for the lock:
+    the caller then takes the entry as any call does (so both threads get the same bits)."""
     if not session.allow_group:
         paths = [p for p in paths if not is_group_path(name_of(p))]
+    key = entry_key(direction, dtypes, residual)
     with _TUNING_LOCK:
+        if (key, n, dispatch_table.m_class(m)) in session.table:
+            return False
         stream = private_stream(device.index or 0)
         outer = (measuring(), getattr(_ACTIVE, "stream", None))
         _ACTIVE.measuring, _ACTIVE.stream = True, stream
@@ -336,10 +369,82 @@ def tune_call(session: _Session, direction: str, dtypes: tuple, residual: bool, 
                 _ACTIVE.launched = None
         finally:
             _ACTIVE.measuring, _ACTIVE.stream = outer
-        key = entry_key(direction, dtypes, residual)
         session.add(Entry(key, n, dispatch_table.m_class(m), name_of(path), launched))
+    return True
 
 
 def tuning_stream():
     """The private stream of the tuning running in this thread (tuning.fastest times on it)."""
     return getattr(_ACTIVE, "stream", None)
+
+
+# ---- the call ------------------------------------------------------------------------------
+
+
+@functools.cache
+def path_name(path) -> str:
+    """A path's public name (dispatch tables, dispatch.override): its function's name without
+    the direction ("single_tile", "looped", "split", "held_row", "wide", "two_role"), with its
+    keywords ("held_row(warps=16)", "held_group(slice_n=4096,ring=3,per_sm=6,warps=4)")."""
+    function = getattr(path, "func", path)  # functools.partial: its function and keywords
+    name = function.__name__.removeprefix("_forward_").removeprefix("_backward_")
+    parts = []
+    for key, value in getattr(path, "keywords", {}).items():
+        fields = getattr(value, "_asdict", None)
+        if fields is not None:  # a configuration (NamedTuple): its fields
+            parts.extend(f"{k}={v}" for k, v in fields().items())
+        else:
+            parts.append(f"{key}={value}")
+    return f"{name}({','.join(parts)})" if parts else name
+
+
+def _named_path(paths: list, name: str, direction: str):
+    """The offered path of that name; a bare name ("held_row") takes the first of its kind."""
+    for path in paths:
+        full = path_name(path)
+        if full == name or full.split("(")[0] == name:
+            return path
+    offered = ", ".join(path_name(p) for p in paths)
+    raise ValueError(
+        f"dispatch.override: the {direction} path {name!r} is not offered for this call; "
+        f"offered: {offered}"
+    )
+
+
+def run(direction: str, dtypes: tuple, residual: bool, n: int, m: int, paths: list,
+        device: torch.device, args: tuple, fastest) -> None:  # fmt: skip
+    """Run the call (args) on the path of `paths` (the default first) that serves it: a forced
+    one (override), else an opt-in tuning's pick (fastest(paths, args) measures them), else
+    the dispatch table's, else the default in heuristic configurations. The path's kernels
+    read the chosen configurations from _ACTIVE.configs (launch._launch)."""
+    name = forced(direction) if overridden() else None
+    entry = None
+    if device.type == "cuda" and not _INTERPRETING:
+        if name is None:
+            session = tunes(direction, dtypes, residual, n, m, device)
+            if session is not None and tune_call(
+                session, direction, dtypes, residual, n, m, paths, args, device, fastest,
+                path_name,
+            ):  # fmt: skip
+                return
+        entry = lookup(direction, dtypes, residual, n, m, device.index or 0)
+    path, configs = paths[0], None
+    if name is not None:
+        path = _named_path(paths, name, direction)
+        configs = forced_configs(direction)
+        if configs is None and entry is not None and entry.path == path_name(path):
+            configs = entry.configs
+    elif entry is not None:
+        for offered in paths:
+            if path_name(offered) == entry.path:
+                path, configs = offered, entry.configs
+                break
+    if configs is None:
+        path(*args)
+        return
+    outer = getattr(_ACTIVE, "configs", None)
+    _ACTIVE.configs = configs
+    try:
+        path(*args)
+    finally:
+        _ACTIVE.configs = outer

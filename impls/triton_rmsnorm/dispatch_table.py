@@ -19,7 +19,7 @@ one entry per line, sorted, so a diff shows each decision that changed. An entry
   when there is no dh_out;
 - residual: the forward has a residual add / the backward a dh_out;
 - n: the hidden size; m: the rows.
-Its value: the path's name (launch.path_name: "single_tile", "looped", "held_row(warps=16)",
+Its value: the path's name (dispatch.path_name: "single_tile", "looped", "held_row(warps=16)",
 ...) and the launch configuration of each tuned kernel the path launched (launch keywords, as
 launch.take_launch_configs reports them).
 

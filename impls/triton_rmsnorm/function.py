@@ -55,13 +55,24 @@ def validate_inputs(
             f"weight: on {weight.device} but x is on {x.device}; put both on one device"
         )
     for name, value in (("eps", eps), ("offset", offset)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, _SCALARS):
             raise TypeError(f"{name}: expected a float, got {type(value).__name__}")
+    if not torch.compiler.is_compiling():
+        check_scalars(eps, offset)
+    launch.check_hidden_size(n)
+
+
+#: Under torch.compile, after a second value dynamo passes eps (and offset) as symbolic floats:
+#: math.isfinite cannot trace them, so while compiling their values are checked at run time,
+#: inside the custom op (_rmsnorm_fwd_op), where they are real again.
+_SCALARS = (int, float, torch.SymFloat, torch.SymInt)
+
+
+def check_scalars(eps: float, offset: float) -> None:
     if not math.isfinite(eps) or eps < 0:
         raise ValueError(f"eps: expected a finite number >= 0, got {eps}")
     if not math.isfinite(offset):
         raise ValueError(f"offset: expected a finite number, got {offset}")
-    launch.check_hidden_size(n)
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
@@ -153,6 +164,7 @@ def _rmsnorm_fwd_op(
     out_dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(y, rstd, h); h is an empty tensor when there is no residual."""
+    check_scalars(eps, offset)  # real values here, also when traced symbolic (validate_inputs)
     residual2d = None if residual is None else _rows(residual)
     y2d, rstd, h2d = launch.rmsnorm_forward(_rows(x), weight, eps, offset, out_dtype, residual2d)
     h = x.new_empty(0) if h2d is None else h2d.view(x.shape)

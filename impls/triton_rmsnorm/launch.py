@@ -676,9 +676,7 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> dict:
                 )
             config = _TUNED[key] = _tuned_config(kernel_name, grid, args, kwargs)
     else:
-        config = _table_config(kernel_name, args, kwargs) or _heuristic_config(
-            kernel_name, kwargs["BLOCK_N"]
-        )
+        config = _table_config(kernel_name) or _heuristic_config(kernel_name, kwargs["BLOCK_N"])
     _LAUNCHED[kernel_name] = config
     _harvest(kernel_name, config)
     grid, meta = _kernel_grid_and_meta(kernel_name, grid, {**kwargs, **config})
@@ -694,28 +692,26 @@ def _harvest(kernel_name: str, config: dict) -> None:
         launched[kernel_name] = dict(config)
 
 
-#: (kernel, table configuration, the launch's integer arguments) -> whether the configuration is
-#: among the kernel's candidates for that launch (at most VALIDATED_CAP remembered).
-_VALIDATED: dict[tuple, bool] = {}
-VALIDATED_CAP = 4096
-
-
-def _table_config(kernel_name: str, args: tuple, constexprs: dict) -> dict | None:
+def _table_config(kernel_name: str) -> dict | None:
     """The dispatch table's configuration for this kernel in the running path (dispatch.py),
-    if it has one and it is among the kernel's candidates for this launch (an entry serves
-    neighbouring N and M, where a pruning rule may exclude it); else None (the heuristic)."""
+    if it has one and it is in the kernel's configuration space (_configs); else None (the
+    heuristic). Not checked against the pruning of a launch's candidates: pruning is about
+    speed at the tuned M (every configuration in the space runs at every M of one padded
+    width), and a configuration that changed with M would change the bits with M."""
     configs = getattr(dispatch._ACTIVE, "configs", None)
     config = configs.get(kernel_name) if configs else None
     if config is None:
         return None
-    key = (kernel_name, tuple(sorted(config.items())),
-           *(a for a in args if type(a) is int), *constexprs.items())  # fmt: skip
-    valid = _VALIDATED.get(key)
-    if valid is None:
-        valid = config in _candidates(kernel_name, args, constexprs)
-        if len(_VALIDATED) < VALIDATED_CAP:
-            _VALIDATED[key] = valid
-    return config if valid else None
+    return config if tuple(sorted(config.items())) in _config_space(kernel_name) else None
+
+
+@functools.cache
+def _config_space(kernel_name: str) -> frozenset:
+    """Every configuration the tuner may pick for the kernel, as sorted launch-keyword items."""
+    return frozenset(
+        tuple(sorted({**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages}.items()))
+        for c in _configs(kernel_name)
+    )
 
 
 def _kernel_grid_and_meta(kernel_name: str, grid, meta: dict) -> tuple:
@@ -901,8 +897,8 @@ def _forward_paths(m: int, n: int, device: torch.device) -> list:
         return [_forward_single_tile]
     if not forward_is_looped(n):
         return [_forward_single_tile, _forward_looped]
-    if rows_are_split(m, device):
-        return [_forward_split]
+    if rows_are_split(m, device):  # looped too: a table may keep one path at every M (bits)
+        return [_forward_split, _forward_looped]
     return [_forward_looped]
 
 
@@ -932,7 +928,7 @@ def _fastest(paths: list, args: tuple):
             path(*args)
         except Exception as error:  # an optional path never takes the call down
             warnings.warn(
-                f"rmsnorm: the {path_name(path)} path failed at its first call and is left out "
+                f"rmsnorm: the {dispatch.path_name(path)} path failed at its first call and is left out "
                 f"({type(error).__name__}: {str(error)[:200]})",
                 RuntimeWarning,
                 stacklevel=2,
@@ -944,70 +940,11 @@ def _fastest(paths: list, args: tuple):
     )
 
 
-@functools.cache
-def path_name(path) -> str:
-    """A path's public name (dispatch tables, dispatch.override): its function's name without
-    the direction ("single_tile", "looped", "split", "held_row", "wide", "two_role"), with its
-    keywords ("held_row(warps=16)", "held_group(slice_n=4096,ring=3,per_sm=6,warps=4)")."""
-    function = getattr(path, "func", path)  # functools.partial: its function and keywords
-    name = function.__name__.removeprefix("_forward_").removeprefix("_backward_")
-    parts = []
-    for key, value in getattr(path, "keywords", {}).items():
-        fields = getattr(value, "_asdict", None)
-        if fields is not None:  # a configuration (NamedTuple): its fields
-            parts.extend(f"{k}={v}" for k, v in fields().items())
-        else:
-            parts.append(f"{key}={value}")
-    return f"{name}({','.join(parts)})" if parts else name
-
-
-def _named_path(paths: list, name: str, direction: str):
-    """The offered path of that name; a bare name ("held_row") takes the first of its kind."""
-    for path in paths:
-        full = path_name(path)
-        if full == name or full.split("(")[0] == name:
-            return path
-    offered = ", ".join(path_name(p) for p in paths)
-    raise ValueError(
-        f"dispatch.override: the {direction} path {name!r} is not offered for this call; "
-        f"offered: {offered}"
-    )
-
-
 def _dispatch(direction: str, dtypes: tuple, residual: bool, n: int, m: int, paths: list,
               device: torch.device, args: tuple) -> None:  # fmt: skip
-    """Run the call on the path that serves it (dispatch.py): a forced one (dispatch.override),
-    else a runtime tuning's pick (opt-in), else the dispatch table's, else the default (the
-    first offered) in heuristic configurations."""
-    name = dispatch.forced(direction) if dispatch.overridden() else None
-    entry = None
-    if device.type == "cuda" and not _INTERPRETING:
-        if name is None:
-            session = dispatch.tunes(direction, dtypes, residual, n, m, device)
-            if session is not None:
-                dispatch.tune_call(session, direction, dtypes, residual, n, m, paths, args,
-                                   device, _fastest, path_name)  # fmt: skip
-                return
-        entry = dispatch.lookup(direction, dtypes, residual, n, m, device.index or 0)
-    path, configs = paths[0], None
-    if name is not None:
-        path = _named_path(paths, name, direction)
-        if entry is not None and entry.path == path_name(path):
-            configs = entry.configs
-    elif entry is not None:
-        for offered in paths:
-            if path_name(offered) == entry.path:
-                path, configs = offered, entry.configs
-                break
-    if configs is None:
-        path(*args)
-        return
-    outer = getattr(dispatch._ACTIVE, "configs", None)
-    dispatch._ACTIVE.configs = configs
-    try:
-        path(*args)
-    finally:
-        dispatch._ACTIVE.configs = outer
+    """Run the call on the path that serves it (dispatch.run: an override, an opt-in tuning's
+    measurement with _fastest, the dispatch table, or the default in heuristic configurations)."""
+    dispatch.run(direction, dtypes, residual, n, m, paths, device, args, _fastest)
 
 
 def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import sys
 import time
 from pathlib import Path
@@ -93,6 +94,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="leave out the harness presets' shapes")  # fmt: skip
     parser.add_argument("--allow-group", action="store_true",
                         help="measure the grouped (cooperative-launch) paths too")  # fmt: skip
+    parser.add_argument("--no-batch-invariance", action="store_true",
+                        help="skip the check that y's rows keep their bits across the M "
+                        "classes of each forward width (batch_invariance)")  # fmt: skip
     parser.add_argument("--list", action="store_true", help="print the points and exit")
     return parser.parse_args(argv)
 
@@ -205,9 +209,69 @@ def main(argv=None) -> int:
                   flush=True)  # fmt: skip
             if done % 20 == 0:
                 torch.cuda.empty_cache()
+        if not args.no_batch_invariance:
+            batch_invariance(table, device)
     print(f"tune: wrote {len(table)} entries to {out} ({done} new, {len(failed)} failed) in "
           f"{time.perf_counter() - start:.0f} s", flush=True)  # fmt: skip
     return 1 if failed and not done else 0
+
+
+#: Rows of y compared across M classes per forward width (batch_invariance).
+INVARIANCE_ROWS = 1024
+
+
+@torch.no_grad()
+def batch_invariance(table: Table, device: torch.device) -> None:
+    """Make each forward width's entries give a row the same y bits at every M class. For each
+    (dtypes, residual, N) whose entries pick more than one (path, configurations): y of
+    INVARIANCE_ROWS probe rows from the entry of the largest M class (one call of its M rows)
+    against y of the same rows from each other entry (calls of its M rows, chunk after chunk),
+    through the runtime's dispatch (inside the tuning session, which serves the entries). An
+    entry whose rows differ takes the largest class's path and configurations (a slower pick at
+    its M, the same bits), and the check runs again. Run inside the tuning session."""
+    families: dict[tuple, list] = {}
+    for entry in table.entries():
+        if entry.key.direction == "fwd":
+            families.setdefault((entry.key, entry.n), []).append(entry)
+    replaced = checked = 0
+    for (key, n), entries in families.items():
+        choices = {(e.path, json.dumps(e.configs, sort_keys=True)) for e in entries}
+        if len(choices) == 1:
+            continue  # one path and configuration at every M: the same code for every row
+        ref = max(entries, key=lambda e: e.m)
+        rows = min(ref.m, INVARIANCE_ROWS)
+        dtype = dispatch_table.parse_dtype(key.dtypes[0])
+        generator = torch.Generator(device=device).manual_seed(n)
+        x = torch.randn((ref.m, n), dtype=dtype, device=device, generator=generator)
+        w = torch.randn((n,), dtype=dtype, device=device, generator=generator)
+        r = torch.randn_like(x) if key.residual else None
+
+        want = _y_rows(x, w, r, rows, ref.m)
+        for entry in entries:
+            if entry is ref:
+                continue
+            checked += 1
+            if torch.equal(_y_rows(x, w, r, rows, entry.m), want):
+                continue
+            table_entry = dispatch_table.Entry(key, n, entry.m, ref.path, ref.configs)
+            dispatch.add_entry(table_entry)
+            replaced += 1
+            same = torch.equal(_y_rows(x, w, r, rows, entry.m), want)
+            print(f"batch invariance: fwd {key.dtypes[0]} {'res' if key.residual else '-'} "
+                  f"n={n} m={entry.m}: {entry.path} gave other bits than m={ref.m}'s "
+                  f"{ref.path}; takes m={ref.m}'s choice ({'same bits now' if same else 'STILL DIFFERENT'})",
+                  flush=True)  # fmt: skip
+    print(f"batch invariance: {checked} entries checked, {replaced} replaced", flush=True)
+
+
+def _y_rows(x, w, r, rows: int, m: int) -> torch.Tensor:
+    """y of x's first `rows` rows, computed in calls of m rows each (the last may be short)."""
+    chunks = []
+    for start in range(0, rows, m):
+        stop = min(start + m, x.shape[0])
+        part = None if r is None else r[start:stop]
+        chunks.append(launch.rmsnorm_forward(x[start:stop], w, EPS, 0.0, None, part)[0])
+    return torch.cat(chunks)[:rows]
 
 
 def _describe(point: tuple) -> tuple:

@@ -136,7 +136,9 @@ def fastest(
         return candidates[0]
     device_index = next(a for a in args if isinstance(a, torch.Tensor)).get_device()
     arg_sets = rotating_arguments(args, l2_bytes(device_index))
-    stream = dispatch.tuning_stream() or dispatch.private_stream(device_index)
+    stream = dispatch.tuning_stream()
+    if stream is None:
+        stream = dispatch.private_stream(device_index)
     stream.wait_stream(torch.cuda.current_stream())  # the caller's inputs and the copies
     times, first_error = [float("inf")] * len(candidates), None
     try:
