@@ -420,7 +420,7 @@ def run(direction: str, dtypes: tuple, residual: bool, n: int, m: int, paths: li
     name = forced(direction) if overridden() else None
     entry = None
     if device.type == "cuda" and not _INTERPRETING:
-        if name is None:
+        if name is None and (_SESSION is not None or _TUNE_ENV):
             session = tunes(direction, dtypes, residual, n, m, device)
             if session is not None and tune_call(
                 session, direction, dtypes, residual, n, m, paths, args, device, fastest,

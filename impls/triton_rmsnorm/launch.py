@@ -702,7 +702,17 @@ def _table_config(kernel_name: str) -> dict | None:
     config = configs.get(kernel_name) if configs else None
     if config is None:
         return None
-    return config if tuple(sorted(config.items())) in _config_space(kernel_name) else None
+    known = _IN_SPACE.get(id(config))
+    if known is None or known[0] is not config:  # (the config is kept: its id stays its own)
+        known = _IN_SPACE[id(config)] = (
+            config,
+            tuple(sorted(config.items())) in _config_space(kernel_name),
+        )
+    return config if known[1] else None
+
+
+#: id(table configuration) -> (the configuration, whether it is in its kernel's space).
+_IN_SPACE: dict[int, tuple] = {}
 
 
 @functools.cache

@@ -262,6 +262,18 @@ def batch_invariance(table: Table, device: torch.device) -> None:
                   f"{ref.path}; takes m={ref.m}'s choice ({'same bits now' if same else 'STILL DIFFERENT'})",
                   flush=True)  # fmt: skip
     print(f"batch invariance: {checked} entries checked, {replaced} replaced", flush=True)
+    varying = []
+    for entry in table.entries():
+        if entry.key.direction == "bwd":
+            families.setdefault((entry.key, entry.n), []).append(entry)
+    for (key, n), entries in families.items():
+        if (
+            key.direction == "bwd"
+            and len({(e.path, json.dumps(e.configs, sort_keys=True)) for e in entries}) > 1
+        ):
+            varying.append(f"{key.dtypes[0]}{'+dh' if key.residual else ''} n={n}")
+    print(f"backward widths whose path or configurations change with M (dx rows may differ "
+          f"between M classes there): {', '.join(varying) or 'none'}", flush=True)  # fmt: skip
 
 
 def _y_rows(x, w, r, rows: int, m: int) -> torch.Tensor:
