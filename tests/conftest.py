@@ -43,6 +43,8 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
     option.numprocesses = "auto"
+    if option.dist == "no":
+        option.dist = "worksteal"  # test times range from milliseconds to seconds
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -180,9 +180,19 @@ def test_pytest_benchmark_json_names_its_versions_or_says_none_were_recorded(cap
 
 
 def test_estimate_counts_steps_and_gives_a_rough_time():
-    text = compare.estimate([(64, 512), (128, 1000)], 2, 9, ["check"], None)
-    assert text.startswith("36 steps (9 backends x 2 shapes x 2 dtypes), roughly ")
-    unknown = compare.estimate([(512, 2048)], 1, 1, ["device"], "A GPU never measured here")
+    from impls import all_backends, get_backend
+
+    backends = all_backends("rmsnorm")
+    text = compare.estimate([(64, 512), (128, 1000)], 2, backends, ["check"], None)
+    assert text.startswith(
+        f"{4 * len(backends)} steps ({len(backends)} backends x 2 shapes x 2 dtypes), roughly "
+    )
+    small = compare.estimate([(64, 512)], 1, [get_backend("eager")], ["check"], None)
+    large = compare.estimate(
+        [(4096, 8192), (8192, 8192)], 1, [get_backend("eager")], ["check"], None
+    )
+    assert "roughly 1 s here" in small and " min here" in large
+    unknown = compare.estimate([(512, 2048)], 1, backends[:1], ["device"], "A GPU never measured")
     assert "no earlier run on this GPU records its pace" in unknown
 
 
