@@ -202,6 +202,16 @@ def test_triton_before_3_7_with_numpy_2_4_is_named_with_its_fix():
     assert interpreter.interpreter_problem((3, 6), (2, 3)) is None
 
 
+@pytest.mark.skipif(ON_GPU, reason="the interpreter runs without CUDA only")
+def test_compare_names_the_fix_for_an_interpreter_that_cannot_run(capsys, monkeypatch):
+    releases = {"triton": (3, 6), "numpy": (2, 4)}
+    monkeypatch.setattr(interpreter, "_release", releases.get)
+    _usage_error(capsys, ["--backends", "eager", "--shape", "8x64"], "triton 3.6 with numpy 2.4",
+                 "'triton>=3.7'")  # fmt: skip
+    with pytest.raises(RuntimeError, match="triton>=3.7"):
+        interpreter.use_interpreter_without_cuda()
+
+
 def test_overhead_bad_options_are_usage_errors(capsys):
     _usage_error(capsys, ["--shape", "64by512"], "argument --shape", "expected MxN",
                  main=overhead.main)  # fmt: skip
