@@ -104,6 +104,10 @@ def load(path: str | Path) -> tuple[dict, dict, list[dict]]:
         whole = None  # JSON lines: one record per line
     if isinstance(whole, dict) and "benchmarks" in whole:
         return _from_pytest_benchmark(whole)
+    if whole is not None and not (isinstance(whole, dict) and "kind" in whole):
+        raise ValueError(
+            f"{path}: JSON, but neither results (JSON lines) nor pytest-benchmark JSON"
+        )
     provenance, ceiling, rows = {}, {}, []
     complete = None
     for number, line in enumerate(text.splitlines(), 1):

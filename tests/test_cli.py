@@ -58,6 +58,11 @@ def test_compare_from_a_missing_file_an_empty_directory_or_not_results(capsys, t
     text = tmp_path / "notes.jsonl"
     text.write_text("this is not JSON\n")
     _usage_error(capsys, ["--from", str(text)], "argument --from", "not a results file")
+    other = tmp_path / "overhead.json"  # JSON, but harness.overhead's, not results
+    other.write_text(json.dumps({"provenance": {}, "rows": []}, indent=1))
+    _usage_error(
+        capsys, ["--from", str(other)], "neither results (JSON lines) nor pytest-benchmark"
+    )
     _usage_error(capsys, ["--from", str(text), "--backends", "eager"],
                  "--backends only apply when measuring")  # fmt: skip
 
@@ -160,7 +165,9 @@ def test_an_interrupted_run_is_marked_and_named_incomplete(capsys, tmp_path, mon
 
 
 def test_files_from_before_completion_records_are_not_called_incomplete():
-    provenance, _, _ = results.load("results/nvidia-h200/2026-11-29-1af750f6cb4b-seed.jsonl")
+    from tests.test_harness import H200_SEED_RUN
+
+    provenance, _, _ = results.load(H200_SEED_RUN)
     assert provenance["complete"] is None
 
 
