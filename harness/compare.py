@@ -106,10 +106,11 @@ def _parser(on_cuda: bool) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--out",
-        type=Path,
+        type=str,
         default=None,
         metavar="PATH",
-        help="results file, or a directory to put it in (default: <gpu>/<date>-<commit>.jsonl "
+        help="results file, or a directory to put it in (an existing one, or a name ending in "
+        "/) (default: <gpu>/<date>-<commit>.jsonl "
         f"under {_default_root_text()}); never overwritten: a taken name gets -2, -3, ...",
     )
     p.add_argument(
@@ -266,6 +267,12 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace, on_cu
             parser.error(f"argument --from: ranks stored runs; {', '.join(given)} only apply "
                          "when measuring")  # fmt: skip
         return
+    if args.out:
+        folder = Path(args.out) if args.out.endswith(("/", os.sep)) else Path(args.out).parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            parser.error(f"argument --out: cannot make the directory {folder} ({exc.strerror})")
     if args.timing is None:
         args.timing = ["device", "host"] if on_cuda else ["check"]
     if "check" in args.timing and len(args.timing) > 1:
@@ -405,8 +412,8 @@ def _measure(args, on_cuda: bool):
         timings=args.timing,
         ceiling_gbps=ceiling.get("ceiling_gbps"),
     )
-    out = args.out or results.default_path(info)
-    if out.is_dir():
+    out = Path(args.out) if args.out else results.default_path(info)
+    if args.out and (args.out.endswith(("/", os.sep)) or out.is_dir()):
         out = out / results.default_path(info, root="").name
     path = results.fresh_path(out)
     writer = results.ResultWriter(path)

@@ -63,6 +63,7 @@ def test_compare_from_a_missing_file_an_empty_directory_or_not_results(capsys, t
     _usage_error(
         capsys, ["--from", str(other)], "neither results (JSON lines) nor pytest-benchmark"
     )
+    _usage_error(capsys, ["--out", f"{text}/sub/r.jsonl"], "argument --out", "cannot make")
     _usage_error(capsys, ["--from", str(text), "--backends", "eager"],
                  "--backends only apply when measuring")  # fmt: skip
 
@@ -95,7 +96,7 @@ def test_correctness_run_writes_where_asked_and_reads_back(capsys, tmp_path):
     file ends with its "complete" record; --from a file or its directory shows the same table,
     and says INCOMPLETE once the record is gone."""
     argv = ["--backends", "triton", "eager", "--shape", "16x256", "--dtypes", "bf16",
-            "--timing", "check", "--out", str(tmp_path)]  # fmt: skip
+            "--timing", "check", "--out", f"{tmp_path}/new/"]  # fmt: skip
     assert compare_main(argv) == 0
     captured = capsys.readouterr()
     out = captured.out
@@ -103,7 +104,7 @@ def test_correctness_run_writes_where_asked_and_reads_back(capsys, tmp_path):
     assert ("CORRECTNESS RUN (no CUDA device)" in out) == (not ON_GPU)
     assert "oracle check, no timing" in out and "GB/s" not in out and "x eager" not in out
     assert "| triton " in out and "| eager " in out and "FAIL" not in out
-    (path,) = tmp_path.glob("*.jsonl")
+    (path,) = (tmp_path / "new").glob("*.jsonl")
     assert f"rows written to {path}" in out
     records = _records(path)
     assert records[0]["kind"] == "provenance" and records[0]["format"] == results.FORMAT
@@ -115,7 +116,7 @@ def test_correctness_run_writes_where_asked_and_reads_back(capsys, tmp_path):
     launch = next(r["launch"] for r in rows if r["backend"] == "triton")
     assert {"rmsnorm_fwd_kernel", "rmsnorm_bwd_kernel"} <= set(launch)
 
-    for source in (path, tmp_path):  # a file, or the directory holding it
+    for source in (path, path.parent):  # a file, or the directory holding it
         assert compare_main(["--from", str(source)]) == 0
         again = capsys.readouterr().out
         assert "| triton " in again and "INCOMPLETE" not in again
