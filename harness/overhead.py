@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -141,27 +142,59 @@ def _table(rows: list[dict]) -> str:
     return tabulate(body, headers=["backend", "mode", "host us/call", "device us/call", ""])
 
 
-def main(argv: list[str] | None = None) -> int:
-    from harness import provenance
+def _parser() -> argparse.ArgumentParser:
+    from impls import all_backends
+
+    names = [b.name for b in all_backends("rmsnorm")]
+    p = argparse.ArgumentParser(prog="python -m harness.overhead", description=__doc__,
+                                epilog="Needs a CUDA GPU: it times host calls against the GPU's "
+                                "queue; without one it exits with status 2.",
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--backends", nargs="+", metavar="NAME", choices=names,
+                   help=f"default: every rmsnorm backend ({', '.join(names)})")  # fmt: skip
+    p.add_argument(
+        "--shape", default="512x2048", type=_shape, help="a small MxN (default 512x2048)"
+    )
+    p.add_argument("--dtype", default="bf16", choices=["fp16", "bf16", "fp32"])
+    p.add_argument("--calls", type=_positive, default=2000, help="back-to-back calls per timing")
+    p.add_argument("--out", type=Path, default=None, help="also write the rows as JSON")
+    return p
+
+
+def _shape(text: str) -> tuple[int, int]:
     from harness.shapes import parse_shape
+
+    try:
+        return parse_shape(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("shape: ")) from exc
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import sys
+
+    from harness import provenance
     from impls import select_backends
 
-    p = argparse.ArgumentParser(prog="python -m harness.overhead", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--backends", nargs="+", metavar="NAME", help="default: every rmsnorm backend")
-    p.add_argument("--shape", default="512x2048", help="a small MxN (default 512x2048)")
-    p.add_argument("--dtype", default="bf16", choices=["fp16", "bf16", "fp32"])
-    p.add_argument("--calls", type=int, default=2000, help="back-to-back calls per timing")
-    p.add_argument("--out", type=Path, default=None, help="also write the rows as JSON")
-    args = p.parse_args(argv)
     if not torch.cuda.is_available():
-        print("harness.overhead measures launch overhead on a CUDA GPU; none is visible here.")
-        return 1
+        # Before the registry imports triton (--help lists the backends); nothing runs here.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    args = _parser().parse_args(argv)
+    if not torch.cuda.is_available():
+        print("harness.overhead: error: needs a CUDA GPU (it measures per-call host overhead "
+              "against the GPU's queue); none is visible here", file=sys.stderr)  # fmt: skip
+        return 2
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
-    shape = parse_shape(args.shape)
+    shape = args.shape
     rows = measure(select_backends(args.backends, "rmsnorm"), shape, dtype, args.calls)
     info = provenance.collect()
-    print(f"per-call host overhead, {args.shape} {args.dtype}, {args.calls} calls, "
+    print(f"per-call host overhead, {shape[0]}x{shape[1]} {args.dtype}, {args.calls} calls, "
           f"{info.get('gpu') or 'GPU'}\n{_table(rows)}")  # fmt: skip
     if args.out:
         record = {"provenance": info, "shape": list(shape), "dtype": args.dtype, "rows": rows}

@@ -1,8 +1,15 @@
 """Result files: JSON lines, one record per line, written as rows finish.
 
-Line 1: {"kind": "provenance", ...}; then {"kind": "ceiling", ...}; then {"kind": "row", ...}.
-An interrupted run keeps every row it finished. A file is never overwritten: a new name is
-chosen when the target exists. ``load`` also reads pytest-benchmark's JSON (--benchmark-json).
+Line 1: {"kind": "provenance", ...}; then {"kind": "ceiling", ...}; then {"kind": "row", ...};
+last, once every row is in, {"kind": "complete", "rows": N}. An interrupted run keeps every row
+it finished and has no "complete" record, so ``load`` can say it is partial (files written
+before completion records existed carry no "format" in their provenance: unknown). A file is
+never overwritten: a new name is chosen when the target exists. ``load`` also reads
+pytest-benchmark's JSON (--benchmark-json).
+
+Where runs go by default: a per-user directory outside the checkout (:func:`default_root`), so
+a run never litters the working tree or depends on the current directory, and no measurement
+is lost for want of --out. Results meant for the repository are written with --out.
 """
 
 from __future__ import annotations
@@ -12,13 +19,43 @@ import os
 import re
 from pathlib import Path
 
+#: Provenance "format" of files that end with a "complete" record.
+FORMAT = 2
 
-def default_path(provenance: dict, root: str = "results") -> Path:
+
+def default_root() -> Path:
+    """$RMSNORM_BENCH_RESULTS, else $XDG_CACHE_HOME/rmsnorm-bench/results, else
+    ~/.cache/rmsnorm-bench/results."""
+    if os.environ.get("RMSNORM_BENCH_RESULTS"):
+        return Path(os.environ["RMSNORM_BENCH_RESULTS"]).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+    return Path(cache).expanduser() / "rmsnorm-bench" / "results"
+
+
+def gpu_slug(provenance: dict) -> str:
     gpu = provenance.get("gpu") or "cpu"
-    slug = re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-")
+    return re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-")
+
+
+def default_path(provenance: dict, root: str | Path | None = None) -> Path:
     day = provenance["date"][:10]
     commit = provenance.get("commit") or "nogit"
-    return Path(root) / slug / f"{day}-{commit}.jsonl"
+    root = default_root() if root is None else Path(root)
+    return root / gpu_slug(provenance) / f"{day}-{commit}.jsonl"
+
+
+def result_files(path: str | Path) -> list[Path]:
+    """The results files a --from argument names: the file itself, or a directory's *.jsonl
+    files in name order. Raises ValueError (missing path, empty directory)."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.glob("*.jsonl") if p.is_file())
+        if not files:
+            raise ValueError(f"{path}: a directory without results files (*.jsonl)")
+        return files
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file or directory")
+    return [path]
 
 
 def fresh_path(path: Path) -> Path:
@@ -38,17 +75,28 @@ class ResultWriter:
         self.path = path
         self._file = open(path, "x", encoding="utf-8")  # noqa: SIM115  ("x": never overwrite)
 
+        self.rows = 0
+
     def write(self, record: dict) -> None:
         self._file.write(json.dumps(record, default=str) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
+        self.rows += record.get("kind") == "row"
+
+    def finish(self) -> None:
+        """Mark the file complete (every row is in) and close it."""
+        self.write({"kind": "complete", "rows": self.rows})
+        self.close()
 
     def close(self) -> None:
         self._file.close()
 
 
 def load(path: str | Path) -> tuple[dict, dict, list[dict]]:
-    """(provenance, ceiling, rows) from a results file or a pytest-benchmark JSON file."""
+    """(provenance, ceiling, rows) from a results file or a pytest-benchmark JSON file.
+
+    provenance["complete"]: True when the run finished, False when it was interrupted (a
+    format-2 file without its "complete" record), None when the file cannot tell."""
     text = Path(path).read_text(encoding="utf-8")
     try:
         whole = json.loads(text)
@@ -56,7 +104,12 @@ def load(path: str | Path) -> tuple[dict, dict, list[dict]]:
         whole = None  # JSON lines: one record per line
     if isinstance(whole, dict) and "benchmarks" in whole:
         return _from_pytest_benchmark(whole)
+    if whole is not None and not (isinstance(whole, dict) and "kind" in whole):
+        raise ValueError(
+            f"{path}: JSON, but neither results (JSON lines) nor pytest-benchmark JSON"
+        )
     provenance, ceiling, rows = {}, {}, []
+    complete = None
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -69,8 +122,14 @@ def load(path: str | Path) -> tuple[dict, dict, list[dict]]:
             provenance = record
         elif kind == "ceiling":
             ceiling = record
+        elif kind == "complete":
+            complete = record
         else:
             rows.append(record)
+    if complete is not None:
+        provenance["complete"] = complete.get("rows") == len(rows)
+    else:
+        provenance["complete"] = False if provenance.get("format", 1) >= FORMAT else None
     return provenance, ceiling, rows
 
 
@@ -79,7 +138,12 @@ def _from_pytest_benchmark(data: dict) -> tuple[dict, dict, list[dict]]:
     machine = data.get("machine_info", {})
     provenance = {"date": data.get("datetime"), "commit": (data.get("commit_info") or {}).get("id"),
                   "gpu": (data.get("benchmarks") or [{}])[0].get("extra_info", {}).get("gpu"),
-                  "python": machine.get("python_version"), "source": "pytest-benchmark"}  # fmt: skip
+                  "python": machine.get("python_version"), "source": "pytest-benchmark",
+                  "complete": None}  # fmt: skip
+    first = (data.get("benchmarks") or [{}])[0].get("extra_info", {})
+    versions = {p: first[p] for p in ("torch", "triton") if first.get(p)}
+    if versions:  # benchmark files written before tests/bench_backends.py recorded them have none
+        provenance["versions"] = versions
     rows = []
     for bench in data.get("benchmarks", []):
         info = bench.get("extra_info", {})

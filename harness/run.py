@@ -145,7 +145,7 @@ def _time_mode(backend: Backend, fn, mode: str, timing: str, sets: list[Inputs])
 
 def _floor(shape, dtype, timing: str, sets: list[Inputs]) -> float | None:
     """Time of a same-shape copy kernel (read x once, write once) with this timer."""
-    if not _on_cuda():
+    if not _on_cuda() or timing == "check":
         return None
     from harness import timing as timers
     from harness.ceiling import triton_copy
@@ -224,8 +224,9 @@ def run(
         for backend in config.backends:
             done += 1
             elapsed = time.perf_counter() - started
+            left = f" ~{elapsed / (done - 1) * (total - done + 1):.0f}s left" if done > 1 else ""
             progress(
-                f"[{done}/{total} {elapsed:5.0f}s] {backend.name} {DTYPE_NAMES[dtype]} "
+                f"[{done}/{total} {elapsed:5.0f}s{left}] {backend.name} {DTYPE_NAMES[dtype]} "
                 f"{shape_label(shape)}"
             )
             base = {
@@ -307,7 +308,8 @@ def _backend_rows(backend, shape, dtype, device, sets, ref, floors, config):
             check = check_backend(backend, fn, sets[0], ref=ref)
         except Exception as exc:
             reason = f"error: {_error_text(exc)}"
-        _launch_configs(backend)  # drop the check's launches: each row records its own
+        # the check's launches: what "check" rows record; each timed row records its own
+        check_launch = _launch_configs(backend)
     if reason is None and config.costs:
         from harness import costs as cost_columns
 
@@ -325,6 +327,9 @@ def _backend_rows(backend, shape, dtype, device, sets, ref, floors, config):
                 continue
             if mode == "bwd" and not backend.has_backward:
                 yield {**row, "status": "forward-only", "reason": "no backward"}
+                continue
+            if timing == "check":  # oracle only, nothing timed (harness.compare without CUDA)
+                yield {**row, "status": "checked", "reason": None, "launch": check_launch}
                 continue
             if device != "cuda" and timing == "device":
                 yield {**row, "status": "unsupported", "reason": "device-only timing needs CUDA"}

@@ -3,10 +3,14 @@
 Each benchmark carries the harness's byte count, bandwidth and oracle result in extra_info, so
 `python -m harness.compare --from <pytest-benchmark JSON>` ranks them. pytest-benchmark's timer is
 host wall clock around each call, with a CUDA synchronize inside the timed call: the host-inclusive
-view. Outside --benchmark-only these run once, untimed, as smoke tests.
+view. Outside --benchmark-only these run once, untimed, as smoke tests. On a CPU the times are
+the Triton interpreter's: each table is headed "interpreter timings on CPU: meaningless for
+speed", and extra_info["timer"] says the same.
 """
 
 from __future__ import annotations
+
+import importlib.metadata
 
 import pytest
 import torch
@@ -19,6 +23,15 @@ from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE, ON_GPU
 
 SHAPES = [(4096, 4096), (4096, 8192), (16384, 8192)] if ON_GPU else [(64, 1024)]
+#: The benchmark group of every CPU timing: the table's header then says what they are.
+INTERPRETER_GROUP = "interpreter timings on CPU: meaningless for speed"
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _sync() -> None:
@@ -56,11 +69,16 @@ def test_bench(benchmark, backend, dtype, shape, mode):
     call()  # compile and autotune outside the timed rounds
     m, n = shape
     nbytes = traffic.counted_bytes(mode, m, n, x.element_size())
+    # pytest-benchmark prints each group under its own header: on a CPU the header says what
+    # the numbers are.
+    benchmark.group = f"{mode} {m}x{n}" if ON_GPU else INTERPRETER_GROUP
     benchmark.extra_info.update({
         "backend": backend.name, "label": backend.label, "m": m, "n": n, "shape": f"{m}x{n}",
         "dtype": DTYPE_NAMES[dtype], "mode": mode, "bytes": nbytes,
         "gpu": torch.cuda.get_device_name() if ON_GPU else None,
         "oracle_passed": check.passed, "oracle_max_ulps": check.worst_ulps,
+        "timer": "pytest wall clock" if ON_GPU else "Triton interpreter on CPU: not a speed",
+        "torch": torch.__version__, "triton": _version("triton"),
     })  # fmt: skip
     benchmark.pedantic(call, rounds=20 if ON_GPU else 2, warmup_rounds=2 if ON_GPU else 0)
     if benchmark.stats is not None:

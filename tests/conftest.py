@@ -1,4 +1,5 @@
-"""Shared test setup: the device, and the Triton interpreter on machines without CUDA.
+"""Shared test setup: the device, the Triton interpreter on machines without CUDA, parallel
+workers on a CPU, and a skip summary of one line per reason.
 
 TRITON_INTERPRET must be set before triton is first imported, which happens when the triton
 backend builds its kernels; conftest runs before any test module imports them.
@@ -7,15 +8,20 @@ backend builds its kernels; conftest runs before any test module imports them.
 from __future__ import annotations
 
 import os
+import re
+from collections import Counter
 
 import pytest
 import torch
 
-ON_GPU = torch.cuda.is_available()
-if not ON_GPU:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+from harness.interpreter import use_interpreter_without_cuda
+
+ON_GPU = use_interpreter_without_cuda()  # raises, naming the fix, for a triton/numpy mismatch
 
 DEVICE = "cuda" if ON_GPU else "cpu"
+
+#: pytest-benchmark columns when none are asked for: the default ten make a 300-column table.
+BENCHMARK_COLUMNS = ["min", "median", "iqr", "rounds"]
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -23,8 +29,31 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"rmsnorm-bench: device {where}, torch {torch.__version__}"
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """On a CPU, spread the tests over one worker a core (pytest-xdist, in the test extra)
+    unless -n was given: the interpreter keeps one core busy a test. Never on a GPU, whose
+    tests time paths and share one device; never while benchmarking (pytest-benchmark turns
+    itself off under xdist). ``-n 0`` runs serially."""
+    option = config.option
+    if ON_GPU or getattr(option, "numprocesses", "absent") is not None:
+        return  # xdist absent (-p no:xdist), or -n given
+    if getattr(option, "benchmark_only", False) or option.collectonly or option.usepdb:
+        return
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    option.numprocesses = "auto"
+    if option.dist == "no":
+        option.dist = "worksteal"  # test times range from milliseconds to seconds
+
+
 def pytest_configure(config: pytest.Config) -> None:
     benchmarking = bool(getattr(config.option, "benchmark_only", False))
+    columns = getattr(config.option, "benchmark_columns", None)
+    if benchmarking and columns in (None, _DEFAULT_COLUMNS):
+        config.option.benchmark_columns = BENCHMARK_COLUMNS
+    if benchmarking and getattr(config.option, "benchmark_name", None) == "normal":
+        config.option.benchmark_name = "short"
     # Outside `pytest --benchmark-only`, benchmark tests run once, untimed, as smoke tests.
     if hasattr(config.option, "benchmark_only") and not benchmarking:
         config.option.benchmark_disable = True
@@ -48,3 +77,37 @@ def _fresh_replays(monkeypatch):
     from impls.triton_rmsnorm import launch
 
     monkeypatch.setattr(launch, "_REPLAYS", {})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under --benchmark-only, the tests that take no benchmark are deselected (one count in
+    the summary) rather than each skipped with the same reason."""
+    if not getattr(config.option, "benchmark_only", False):
+        return
+    keep = [item for item in items if "benchmark" in getattr(item, "fixturenames", ())]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
+
+
+#: pytest-benchmark's default --benchmark-columns (kept equal to its own list).
+_DEFAULT_COLUMNS = ["min", "max", "mean", "stddev", "median", "iqr", "outliers", "ops", "rounds",
+                    "iterations"]  # fmt: skip
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return re.sub(r"^Skipped: ", "", text)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """The skips, one line per reason with its count (-rs would list every test)."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if r.when != "teardown"]
+    if not skipped:
+        return
+    reasons = Counter(_skip_reason(r) for r in skipped)
+    terminalreporter.section(f"{len(skipped)} skipped, by reason", sep="-")
+    for reason, count in reasons.most_common():
+        terminalreporter.line(f"{count:4d}  {reason}")
