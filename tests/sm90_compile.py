@@ -119,7 +119,7 @@ def _compile_held_group_backward_ptx(case: dict) -> str:
 
     n, x = case["block_n"], case["x"]
     config = launch.HELD_GROUP_BACKWARDS[case.get("config", 0)]
-    pointer_types = {**_held_backward_pointers(x), "SUMS": "i64", "CTRL": "i64"}
+    pointer_types = {**_held_backward_pointers(x), "SUMS": "i64", "CTRL": "i32"}
     group = launch.cdiv(n, config.slice_n)
     constexprs = {"N": n, "GROUP": group, "GROUP_PADDED": launch.held_group_words(group, config.warps),
                   "CHUNK": config.chunk, "CHUNKS": config.chunks, "RING": config.ring,
@@ -132,20 +132,21 @@ def _compile_held_group_backward_ptx(case: dict) -> str:
 
 def _compile_held_group_forward_ptx(case: dict) -> str:
     """gluon_kernels.rmsnorm_fwd_held_group_kernel at N = block_n, as launch configures it in
-    launch.HELD_GROUP_FORWARDS[case["config"]] (x, w and y of the case's x dtype, row strides
-    divisible by 16)."""
+    launch.HELD_GROUP_FORWARDS[case["config"]], its register cap included (x, w and y of the
+    case's x dtype, row strides divisible by 16)."""
     from impls.triton_rmsnorm import gluon_kernels, launch
 
     n, x = case["block_n"], case["x"]
     config = launch.HELD_GROUP_FORWARDS[case["config"]]
-    pointer_types = {"X": x, "W": x, "Y": x, "RSTD": "fp32", "SUMS": "i64", "CTRL": "i64"}
+    pointer_types = {"X": x, "W": x, "Y": x, "RSTD": "fp32", "SUMS": "i64", "CTRL": "i32"}
     group = launch.cdiv(n, config.slice_n)
     constexprs = {"N": n, "GROUP": group,
                   "GROUP_PADDED": launch.held_group_words(group, config.warps),
                   "SLICE": config.slice_n, "RING": config.ring, "WARPS": config.warps,
                   "SPIN_LIMIT": launch.HELD_GROUP_SPIN_LIMIT}  # fmt: skip
-    return _ptx(gluon_kernels.rmsnorm_fwd_held_group_kernel, pointer_types, constexprs,
-                {"num_warps": config.warps}, divisible=("stride_x_row", "stride_y_row"))  # fmt: skip
+    options = {"num_warps": config.warps, **launch._register_cap(config.per_sm, config.warps)}
+    return _ptx(gluon_kernels.rmsnorm_fwd_held_group_kernel, pointer_types, constexprs, options,
+                divisible=("stride_x_row", "stride_y_row"))  # fmt: skip
 
 
 def _barriers_in_polls_and_fallback(ptx: str) -> int:
@@ -236,15 +237,17 @@ def main(cases: list[dict]) -> list[dict]:
             found["cp.async"] = "cp.async.cg.shared.global" in ptx
         if case["kernel"] in ("held_group_bwd", "held_group_fwd"):  # the exchange's ordering
             found["relaxed exchanges"] = len(
-                re.findall(r"atom\.global\.gpu\.relaxed\.exch\.b64", ptx)
+                re.findall(r"atom\.global\.gpu\.relaxed\.exch\.b(?:32|64)", ptx)
             )
-            found["relaxed adds"] = len(re.findall(r"atom\.global\.gpu\.relaxed\.add\.u64", ptx))
+            found["relaxed adds"] = len(re.findall(r"atom\.global\.gpu\.relaxed\.add\.u32", ptx))
             found["acquires or releases"] = len(re.findall(r"\.(?:acquire|release)\b", ptx))
-            found["volatile loads"] = len(re.findall(r"ld\.volatile\.global\.(?:v2\.)?b64", ptx))
+            found["volatile loads"] = len(
+                re.findall(r"ld\.volatile\.global\.(?:v2\.)?b(?:32|64)", ptx)
+            )
             found["barriers from the polls through the fallback"] = _barriers_in_polls_and_fallback(
                 ptx
             )
-        if case["kernel"] == "held_group_bwd":  # 2 programs an SM need their registers capped
+        if case["kernel"] in ("held_group_bwd", "held_group_fwd"):  # several an SM: capped
             cap = re.search(r"\.maxnreg (\d+)", ptx)
             found["register cap"] = int(cap.group(1)) if cap else None
         if case["kernel"] in ("held_row_bwd", "held_group_bwd", "held_group_fwd"):  # 16 bytes

@@ -302,7 +302,7 @@ def rmsnorm_bwd_held_row_kernel(
 #   slice's sum from global memory by the same code (_slice_sumsq_from_global,
 #   _slice_dot_from_global), and the group's total is the same fixed-order sum either way.
 #
-# CTRL (int64, zeroed by the caller for each launch): [0] tickets, [1] chunks claimed,
+# CTRL (int32, zeroed by the caller for each launch): [0] tickets, [1] chunks claimed,
 # [2 + g] group g's first chunk + 1 (its head), [2 + groups + c] the chunk its group takes
 # after chunk c, + 1 (0: not yet written). Rows past M stand for "none".
 
@@ -343,7 +343,7 @@ def _claim(CTRL, count, mask, lane_zero):
     """count chunks claimed from CTRL[1] by the thread that mask selects (the first of member
     0): the first one's index, meaningful in that thread (no barrier: the others learn it
     through the link, _link and _read_link)."""
-    counts = (lane_zero + count).to(gl.int64)
+    counts = lane_zero + count
     return gl.atomic_add(CTRL + 1 + lane_zero, counts, mask=mask, sem="relaxed", scope="gpu")
 
 
@@ -382,8 +382,8 @@ def _following_row(newest, batch_end, v, needs, LINK, rows_per_chunk, chunks, M)
         v = gl.load(LINK, volatile=True)
     chunk = v - 1
     linked = gl.where(chunk < chunks, chunk * rows_per_chunk, M)
-    row = gl.where(needs, linked, gl.where(newest + 1 < M, newest + 1, M))
-    end = gl.where(needs, gl.minimum((chunk + 1) * rows_per_chunk, M), batch_end)
+    row = gl.where(needs, linked.to(gl.int64), gl.where(newest + 1 < M, newest + 1, M))
+    end = gl.where(needs, gl.minimum((chunk + 1) * rows_per_chunk, M).to(gl.int64), batch_end)
     return row, end
 
 
@@ -450,8 +450,8 @@ def _group_total(values, part_ids, GROUP: gl.constexpr):
 
 @gluon.jit
 def _lines_total(line_sums, LINES_LAYOUT: gl.constexpr):
-    """A slice's (or chunk's) sum from its line sums: every thread holding them all
-    (LINES_LAYOUT), added in one order whoever computed them."""
+    """A slice's (or chunk's) sum from its line sums: each warp holding them all, a line a lane
+    (LINES_LAYOUT), added by the same shuffles whoever computed them."""
     return gl.sum(gl.convert_layout(line_sums, LINES_LAYOUT), axis=0)
 
 
@@ -486,7 +486,7 @@ def _slice_sumsq_from_global(X, row, stride_x_row, member, line_cols, line_ids,
     for k in range(LINES):
         cols = member * SLICE + k * 256 + line_cols
         x = gl.load(X + row * stride_x_row + cols, mask=cols < N, other=0.0).to(gl.float32)
-        line_sums = gl.where(line_ids == k, _line_sumsq(x, cols, N, 1), line_sums)
+        line_sums = gl.where(line_ids == k, gl.sum(_line_sumsq(x, cols, N, 1), axis=0), line_sums)
     return _lines_total(line_sums, LINES_LAYOUT)
 
 
@@ -519,7 +519,7 @@ def _slice_dot_from_global(X, W, DY, row, stride_x_row, stride_dy_row, member, o
             w = gl.load(W + cols, mask=mask, other=0.0).to(gl.float32) + offset
             x = gl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(gl.float32)
             dy = gl.load(DY + row * stride_dy_row + cols, mask=mask, other=0.0).to(gl.float32)
-            line_sums = gl.where(line_ids == i, _line_dot(w, dy, x, cols, N, 1), line_sums)
+            line_sums = gl.where(line_ids == i, gl.sum(_line_dot(w, dy, x, cols, N, 1), axis=0), line_sums)
         dot += _lines_total(line_sums, LINES_LAYOUT)
     return dot
 
@@ -583,7 +583,7 @@ def _first_claims(CTRL, group, member, chunks, first_chunks, one, lane_zero,
     """Member 0: once its group has formed (_wait_for_group), its first first_chunks chunks,
     claimed at once and linked at the group's head; every member: the first of them (read from
     the head). Returns (first chunk, the last chunk claimed in the claiming thread)."""
-    last = lane_zero.to(gl.int64)
+    last = lane_zero
     if member == 0:
         _wait_for_group(CTRL, group, chunks, GROUP, SPIN_LIMIT)
         first = _claim(CTRL, first_chunks, one, lane_zero)
@@ -629,12 +629,13 @@ def rmsnorm_fwd_held_group_kernel(
     """
     layout: gl.constexpr = gl.BlockedLayout([8], [32], [WARPS], [0])  # line i in warp i % WARPS
     lines_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [1, WARPS], [1, 0])
-    LINES_LAYOUT: gl.constexpr = gl.SliceLayout(1, lines_layout)  # every thread all lines
+    LINES_LAYOUT: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])  # a line a lane
     parts_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])  # (_read_sums)
     chain_layout: gl.constexpr = gl.BlockedLayout([CHAIN], [32], [WARPS], [0])
     LINES: gl.constexpr = SLICE // 256
     AHEAD: gl.constexpr = RING + 3  # positions member 0 keeps claimed past the current one
     gl.static_assert(SLICE % 256 == 0)
+    gl.static_assert(LINES <= 32)  # a line a lane (_lines_total)
     gl.static_assert(RING >= 2)
     gl.static_assert(RING + 2 <= CHAIN)
     gl.static_assert(N <= GROUP * SLICE)
@@ -658,7 +659,7 @@ def rmsnorm_fwd_held_group_kernel(
     first, last = _first_claims(CTRL, group, member, chunks, first_chunks, claimer, lane_zero,
                                 GROUP, SPIN_LIMIT)  # fmt: skip
     covered = first_chunks * rows_per_chunk  # positions claimed (member 0's count)
-    start = gl.where(first < chunks, first * rows_per_chunk, M)
+    start = gl.where(first < chunks, first * rows_per_chunk, M).to(gl.int64)
     batch_end = gl.minimum(start + first_chunks * rows_per_chunk, M)
     chain_ids = gl.arange(0, CHAIN, layout=chain_layout)
     chain = gl.where(start + chain_ids < batch_end, start + chain_ids, M).to(gl.int32)
@@ -749,7 +750,7 @@ def rmsnorm_bwd_held_group_kernel(
     """
     layout: gl.constexpr = gl.BlockedLayout([8], [32], [WARPS], [0])  # line i in warp i % WARPS
     lines_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [1, WARPS], [1, 0])
-    LINES_LAYOUT: gl.constexpr = gl.SliceLayout(1, lines_layout)  # every thread all lines
+    LINES_LAYOUT: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])  # a line a lane
     UPCAST_PAIRS: gl.constexpr = GROUP_PADDED <= 32  # bf16 in pairs up to 32 words (_upcast_pairs)
     parts_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])  # (_read_sums)
     chain_layout: gl.constexpr = gl.BlockedLayout([CHAIN], [32], [WARPS], [0])
@@ -758,6 +759,7 @@ def rmsnorm_bwd_held_group_kernel(
     AHEAD: gl.constexpr = REACH + 3  # positions member 0 keeps claimed past the current one
     SLICE: gl.constexpr = CHUNKS * CHUNK
     gl.static_assert(CHUNK % 256 == 0)
+    gl.static_assert(LINES <= 32)  # a line a lane (_lines_total)
     gl.static_assert(CHUNKS <= 2)
     gl.static_assert(RING >= 2 * CHUNKS)
     gl.static_assert(REACH + 2 <= CHAIN)
@@ -785,7 +787,7 @@ def rmsnorm_bwd_held_group_kernel(
     first, last = _first_claims(CTRL, group, member, chunks, first_chunks, claimer, lane_zero,
                                 GROUP, SPIN_LIMIT)  # fmt: skip
     covered = first_chunks * rows_per_chunk  # positions claimed (member 0's count)
-    start = gl.where(first < chunks, first * rows_per_chunk, M)
+    start = gl.where(first < chunks, first * rows_per_chunk, M).to(gl.int64)
     batch_end = gl.minimum(start + first_chunks * rows_per_chunk, M)
     chain_ids = gl.arange(0, CHAIN, layout=chain_layout)
     chain = gl.where(start + chain_ids < batch_end, start + chain_ids, M).to(gl.int32)

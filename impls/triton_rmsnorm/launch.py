@@ -1138,8 +1138,8 @@ def _forward_held_group(
     x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual, *, config
 ):
     """Rows shared by a group of programs (held_group_forwards says when), in configuration
-    `config`: as many groups as fit _held_group_forward_programs_per_sm programs an SM, in an
-    ordinary launch (any number of them may be resident: gluon_kernels' grouped section), each
+    `config`: as many groups as fit _held_group_forward_programs_per_sm programs an SM (the
+    registers capped so that they can: _register_cap), in an ordinary launch (any number of them may be resident: gluon_kernels' grouped section), each
     group claiming rows one at a time. Allocates one int64 per (row, slice) and per row, and a
     few more (the exchange and the claims: held_group_exchange)."""
     m, n = x.shape
@@ -1151,14 +1151,15 @@ def _forward_held_group(
     constexprs = {"GROUP": group, "GROUP_PADDED": held_group_words(group, config.warps),
                   "SLICE": config.slice_n,
                   "RING": config.ring, "WARPS": config.warps}  # fmt: skip
+    cap = _register_cap(per_sm, config.warps)
     meta = {"N": n, **constexprs, "SPIN_LIMIT": HELD_GROUP_SPIN_LIMIT,
-            "num_warps": config.warps}  # fmt: skip
+            "num_warps": config.warps, **cap}  # fmt: skip
     args = (x, weight, y, rstd, sums, ctrl, strides[0], strides[1], m, eps, offset,
             HELD_GROUP_TAG_OFFSET, rows_per_chunk, chunks)  # fmt: skip
     direct.launch(gluon_kernels.rmsnorm_fwd_held_group_kernel, (groups * group,), args, meta,
                   x.get_device())  # fmt: skip
     _LAUNCHED["rmsnorm_fwd_held_group_kernel"] = {
-        **constexprs, "PROGRAMS_PER_SM": per_sm, "num_warps": config.warps,
+        **constexprs, "PROGRAMS_PER_SM": per_sm, "num_warps": config.warps, **cap,
     }  # fmt: skip
 
 
@@ -1167,12 +1168,13 @@ def held_group_exchange(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(sums, ctrl): the grouped kernels' exchange, one zeroed int64 allocation a launch (one
     memset, which a captured graph replays with the launch): sums, a word per (row, slice);
-    ctrl, from the next 16-byte boundary, the ticket and claim counters, a head a group and a
-    link a chunk of rows (gluon_kernels' grouped section)."""
+    ctrl, int32 from the next 16-byte boundary, the ticket and claim counters, a head a group
+    and a link a chunk of rows (gluon_kernels' grouped section)."""
     words = m * group
     start = words + words % 2
-    buffer = torch.zeros((start + 2 + groups + chunks,), dtype=torch.int64, device=device)
-    return buffer[:words], buffer[start:]
+    ctrl = 2 + groups + chunks  # int32
+    buffer = torch.zeros((start + (ctrl + 1) // 2,), dtype=torch.int64, device=device)
+    return buffer[:words], buffer[start:].view(torch.int32)[:ctrl]
 
 
 @functools.cache
