@@ -103,18 +103,19 @@ def digest(case: dict) -> dict:
 
 @gluon.jit
 def _hold_sms(FLAG, STARTED, KIB: gl.constexpr):
-    """Takes KIB KiB of shared memory (written and read back, so it stays), counts itself in
-    STARTED[0], then spins until FLAG[0] is set."""
+    """Takes KIB KiB of shared memory (written and read back, so it stays), marks itself
+    started (STARTED[program] = 1: plain stores, as host memory takes no atomics everywhere),
+    then spins until FLAG[0] is set."""
     layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     held = gl.allocate_shared_memory(gl.int32, [KIB, 256], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     ids = gl.arange(0, 128, layout)
     held.index(KIB - 1).slice(0, 128).store(ids)
-    gl.atomic_add(STARTED + ids * 0, ids * 0 + 1, mask=ids == 0, sem="relaxed", scope="sys")
+    gl.store(STARTED + gl.program_id(0) + ids * 0, ids * 0 + 1, mask=ids == 0)
     released = gl.load(FLAG, volatile=True)
     while released == 0:
         released = gl.load(FLAG, volatile=True)
     back = held.index(KIB - 1).slice(0, 128).load(layout)
-    gl.store(STARTED + 1 + ids, back, mask=back < 0)  # never: the buffer is used
+    gl.store(STARTED + ids, back, mask=back < 0)  # never: the buffer is used
 
 
 @triton.jit
@@ -151,18 +152,18 @@ def hold_scenario(case: dict) -> dict:
     torch.cuda.synchronize()
     alone = _time_alone(call)
     side = torch.cuda.Stream()
-    flag = torch.zeros(2, dtype=torch.int32, pin_memory=True)
-    started = torch.zeros(2, dtype=torch.int32, pin_memory=True)
     held = case["held"]
+    flag = torch.zeros(2, dtype=torch.int32, pin_memory=True)
+    started = torch.zeros(held, dtype=torch.int32, pin_memory=True)
     beside, helped, same_bits, holder_started = [], 0, True, True
     for _ in range(case.get("repeats", 3)):
         flag.zero_()
         started.zero_()
         _holder(held, flag, started, side)
         deadline = time.monotonic() + 10.0
-        while int(started[0]) < held and time.monotonic() < deadline:
+        while int(started.sum()) < held and time.monotonic() < deadline:
             time.sleep(0.001)
-        holder_started &= int(started[0]) == held
+        holder_started &= int(started.sum()) == held
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         released = torch.cuda.Event()
         start.record()

@@ -486,7 +486,8 @@ def _slice_sumsq_from_global(X, row, stride_x_row, member, line_cols, line_ids,
     for k in range(LINES):
         cols = member * SLICE + k * 256 + line_cols
         x = gl.load(X + row * stride_x_row + cols, mask=cols < N, other=0.0).to(gl.float32)
-        line_sums = gl.where(line_ids == k, gl.sum(_line_sumsq(x, cols, N, 1), axis=0), line_sums)
+        line = gl.sum(_line_sumsq(x, cols, N, 1), axis=0)
+        line_sums = gl.where(line_ids == k, line, line_sums)
     return _lines_total(line_sums, LINES_LAYOUT)
 
 
@@ -519,7 +520,8 @@ def _slice_dot_from_global(X, W, DY, row, stride_x_row, stride_dy_row, member, o
             w = gl.load(W + cols, mask=mask, other=0.0).to(gl.float32) + offset
             x = gl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(gl.float32)
             dy = gl.load(DY + row * stride_dy_row + cols, mask=mask, other=0.0).to(gl.float32)
-            line_sums = gl.where(line_ids == i, gl.sum(_line_dot(w, dy, x, cols, N, 1), axis=0), line_sums)
+            line = gl.sum(_line_dot(w, dy, x, cols, N, 1), axis=0)
+            line_sums = gl.where(line_ids == i, line, line_sums)
         dot += _lines_total(line_sums, LINES_LAYOUT)
     return dot
 
