@@ -570,7 +570,7 @@ def test_held_group_backward_with_a_residual_and_strided_rows(monkeypatch):
 def test_the_measured_choice_is_remembered_and_captured(monkeypatch):
     """Autotuned and unforced: the first call measures the wide path, the held row at 16 and
     32 warps and, the row filling two slices, the group (the tuner's CUDA graphs of the Gluon
-    launches, the group's cooperative one among them), later calls reuse the choice, and
+    launches, the group's among them), later calls reuse the choice, and
     a CUDA graph captured after that gives the same gradients as an eager call."""
     monkeypatch.setattr(launch, "_AUTOTUNE", True)
     inputs = make_inputs((1024, WIDEST), torch.bfloat16, DEVICE)
