@@ -34,16 +34,14 @@ needs_group_gpu = pytest.mark.skipif(
 )
 
 CASES = [
-    # forward: 64, 17 and 33 slices of 4096 columns; 32, 9 and 17 of 8192
+    # forward: 64 and 17 slices of 4096 columns (32 and 9 of 8192); 49 of 4096 (25 of 8192)
     *({"direction": "fwd", "config": c, "shape": s, "dtype": d}
       for c in (0, 1)
-      for s, d in (([300, 262144], "bf16"), ([64, 65552], "fp16"), ([40, 131088], "bf16"),
-                   ([2, 3, 200016], "fp16"))),
-    # backward: 8192-column slices (8, 32, 3, 128 of them) and 16384-column ones
+      for s, d in (([300, 262144], "bf16"), ([64, 65552], "fp16"), ([2, 3, 200016], "fp16"))),
+    # backward: 8 and 32 slices of 8192 columns (4 and 16 of 16384); 128 of 8192 (64 of 16384)
     *({"direction": "bwd", "config": c, "shape": s, "dtype": d}
       for c in (0, 1)
-      for s, d in (([300, 65536], "bf16"), ([64, 262144], "fp16"), ([1000, 32768], "bf16"),
-                   ([4, 1048576], "bf16"), ([2048, 65536], "fp16"))),
+      for s, d in (([300, 65536], "bf16"), ([64, 262144], "fp16"), ([4, 1048576], "bf16"))),
 ]  # fmt: skip
 
 
@@ -105,11 +103,9 @@ def test_grouped_bits_repeat_in_runs_and_processes(case):
 
 FALLBACK_CASES = [
     {"direction": "fwd", "config": 0, "shape": [64, 262144], "dtype": "bf16"},  # 64 words
-    {"direction": "fwd", "config": 1, "shape": [64, 262144], "dtype": "bf16"},  # 32
     {"direction": "fwd", "config": 0, "shape": [50, 65552], "dtype": "fp16"},  # 17
     {"direction": "bwd", "config": 0, "shape": [32, 262144], "dtype": "bf16"},  # 32
-    {"direction": "bwd", "config": 1, "shape": [32, 262144], "dtype": "fp16"},  # 16
-    {"direction": "bwd", "config": 0, "shape": [8, 1048576], "dtype": "bf16"},  # 128
+    {"direction": "bwd", "config": 0, "shape": [8, 1048576], "dtype": "fp16"},  # 128
 ]
 
 
