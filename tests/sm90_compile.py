@@ -119,7 +119,7 @@ def _compile_held_group_backward_ptx(case: dict) -> str:
 
     n, x = case["block_n"], case["x"]
     config = launch.HELD_GROUP_BACKWARDS[case.get("config", 0)]
-    pointer_types = {**_held_backward_pointers(x), "SUMS": "i64"}
+    pointer_types = {**_held_backward_pointers(x), "SUMS": "i64", "CTRL": "i32"}
     group = launch.cdiv(n, config.slice_n)
     constexprs = {"N": n, "GROUP": group, "GROUP_PADDED": launch.held_group_words(group, config.warps),
                   "CHUNK": config.chunk, "CHUNKS": config.chunks, "RING": config.ring,
@@ -132,30 +132,31 @@ def _compile_held_group_backward_ptx(case: dict) -> str:
 
 def _compile_held_group_forward_ptx(case: dict) -> str:
     """gluon_kernels.rmsnorm_fwd_held_group_kernel at N = block_n, as launch configures it in
-    launch.HELD_GROUP_FORWARDS[case["config"]] (x, w and y of the case's x dtype, row strides
-    divisible by 16)."""
+    launch.HELD_GROUP_FORWARDS[case["config"]], its register cap included (x, w and y of the
+    case's x dtype, row strides divisible by 16)."""
     from impls.triton_rmsnorm import gluon_kernels, launch
 
     n, x = case["block_n"], case["x"]
     config = launch.HELD_GROUP_FORWARDS[case["config"]]
-    pointer_types = {"X": x, "W": x, "Y": x, "RSTD": "fp32", "SUMS": "i64"}
+    pointer_types = {"X": x, "W": x, "Y": x, "RSTD": "fp32", "SUMS": "i64", "CTRL": "i32"}
     group = launch.cdiv(n, config.slice_n)
     constexprs = {"N": n, "GROUP": group,
                   "GROUP_PADDED": launch.held_group_words(group, config.warps),
                   "SLICE": config.slice_n, "RING": config.ring, "WARPS": config.warps,
                   "SPIN_LIMIT": launch.HELD_GROUP_SPIN_LIMIT}  # fmt: skip
-    return _ptx(gluon_kernels.rmsnorm_fwd_held_group_kernel, pointer_types, constexprs,
-                {"num_warps": config.warps}, divisible=("stride_x_row", "stride_y_row"))  # fmt: skip
+    options = {"num_warps": config.warps, **launch._register_cap(config.per_sm, config.warps)}
+    return _ptx(gluon_kernels.rmsnorm_fwd_held_group_kernel, pointer_types, constexprs, options,
+                divisible=("stride_x_row", "stride_y_row"))  # fmt: skip
 
 
 def _barriers_in_polls_and_fallback(ptx: str) -> int:
     """The grouped kernels' barriers (bar.* and barrier.*) and shared-memory accesses from the
-    first line of the poll loop (a loop holding the exchange's volatile loads) to the back edge
-    of the fallback loop (one holding 16-byte global loads), neither holding the exchange's
-    atomics. Up to 32 words a row a program's warps may take different branches there
-    (gluon_kernels._read_sums), so there must be none; past 32 the reductions of the words
-    cross warps (barriers and shared memory), which is what makes the warps decide alike. -1 if
-    either loop is not found or the fallback's does not follow the polls'."""
+    first line of the sums' poll loop (the last loop holding volatile loads before the
+    fallback's loops; the others poll tickets and claims) to the back edge of the fallback's
+    loops (those holding 16-byte global loads), none of them holding atomics. Up to 32 words a
+    row a program's warps may take different branches there (gluon_kernels._read_sums), so
+    there must be none; past 32 the reductions of the words cross warps (barriers and shared
+    memory), which is what makes the warps decide alike. -1 if either loop is not found."""
     lines = ptx.splitlines()
     labels = {}
     for i, line in enumerate(lines):
@@ -172,12 +173,14 @@ def _barriers_in_polls_and_fallback(ptx: str) -> int:
         bodies = [(lo, "\n".join(lines[lo[0] : lo[1] + 1])) for lo in loops]
         return [lo for lo, body in bodies if re.search(pattern, body) and "atom." not in body]
 
-    polls, fallbacks = holding(r"ld\.volatile\.global"), holding(r"ld\.global\.v4")
-    if not polls or not fallbacks:
+    fallbacks = holding(r"ld\.global\.v4")
+    if not fallbacks:
         return -1
-    start, end = min(lo[0] for lo in polls), max(lo[1] for lo in fallbacks)
-    if max(lo[1] for lo in polls) >= min(lo[0] for lo in fallbacks):
+    first_fallback = min(lo[0] for lo in fallbacks)
+    polls = [lo for lo in holding(r"ld\.volatile\.global") if lo[1] < first_fallback]
+    if not polls:
         return -1
+    start, end = max(lo[0] for lo in polls), max(lo[1] for lo in fallbacks)
     synced = re.compile(r"\b(?:bar|barrier)\.|\.shared\b")
     return sum(bool(synced.search(line)) for line in lines[start : end + 1])
 
@@ -234,14 +237,17 @@ def main(cases: list[dict]) -> list[dict]:
             found["cp.async"] = "cp.async.cg.shared.global" in ptx
         if case["kernel"] in ("held_group_bwd", "held_group_fwd"):  # the exchange's ordering
             found["relaxed exchanges"] = len(
-                re.findall(r"atom\.global\.gpu\.relaxed\.exch\.b64", ptx)
+                re.findall(r"atom\.global\.gpu\.relaxed\.exch\.b(?:32|64)", ptx)
             )
+            found["relaxed adds"] = len(re.findall(r"atom\.global\.gpu\.relaxed\.add\.u32", ptx))
             found["acquires or releases"] = len(re.findall(r"\.(?:acquire|release)\b", ptx))
-            found["volatile loads"] = len(re.findall(r"ld\.volatile\.global\.(?:v2\.)?b64", ptx))
+            found["volatile loads"] = len(
+                re.findall(r"ld\.volatile\.global\.(?:v2\.)?b(?:32|64)", ptx)
+            )
             found["barriers from the polls through the fallback"] = _barriers_in_polls_and_fallback(
                 ptx
             )
-        if case["kernel"] == "held_group_bwd":  # 2 programs an SM need their registers capped
+        if case["kernel"] in ("held_group_bwd", "held_group_fwd"):  # several an SM: capped
             cap = re.search(r"\.maxnreg (\d+)", ptx)
             found["register cap"] = int(cap.group(1)) if cap else None
         if case["kernel"] in ("held_row_bwd", "held_group_bwd", "held_group_fwd"):  # 16 bytes

@@ -268,9 +268,9 @@ def test_forward_measures_the_group_beside_the_other_paths(monkeypatch, n):
 
 
 def test_held_group_forward_compiles_for_sm90():
-    """Compiled for sm_90 (no GPU) in each configuration: the exchange's relaxed 64-bit
-    exchanges (the first row and the rows after) and volatile 64-bit loads (the early one and
-    the poll's), no acquire or release, and no barrier from the poll loop through the fallback
+    """Compiled for sm_90 (no GPU) in each configuration: relaxed 64-bit exchanges, adds and
+    volatile loads as the grouped backward's (test_held_group_backward_compiles_for_sm90: sums,
+    tickets, claims and links), no acquire or release, and no barrier from the poll loop through the fallback
     where a row has up to 32 words (a program's warps may part there; past 32 their reductions
     cross warps); 16-byte copies and stores (4 vectors of a 16-bit
     slice a thread in both: 4096 columns over 4 warps, 8192 over 8; staged for w, each ring
@@ -285,11 +285,13 @@ def test_held_group_forward_compiles_for_sm90():
               ("bf16", GROUPED), ("fp16", WIDEST + 16))  # fmt: skip
     cases = [{"kernel": "held_group_fwd", "x": x, "block_n": n, "config": i // 2}
              for i, (x, n) in enumerate(widths)]  # fmt: skip
-    expected = [{"relaxed exchanges": 2, "acquires or releases": 0, "volatile loads": 2,
-                 "staged vectors": 4 * (1 + ring + 1), "vector stores": 4}
+    expected = [{"relaxed exchanges": 4, "relaxed adds": 3, "acquires or releases": 0,
+                 "volatile loads": 10, "staged vectors": 4 * (1 + ring + 1), "vector stores": 4}
                 for ring in (3, 3, 2, 2)]  # fmt: skip
     found = sm90_compile.run(cases)
     assert [{k: f[k] for k in expected[0]} for f in found] == expected
+    # registers capped so that 6 programs of 4 warps, or 4 of 8, share an SM's 64K
+    assert [f["register cap"] for f in found] == [80, 80, 64, 64]
     # bf16 upcast in pairs (gluon_kernels._upcast_pairs), fp16 by Triton's own conversion
     assert [(f["bf16"], f["fp16"]) for f in found] == [(True, False), (False, False)] * 2
     # 64 words a row (4096-column slices of 262144): shared reductions; 17-32: none

@@ -309,7 +309,7 @@ def test_device_part_of_the_group_decision(monkeypatch):
 
 def test_two_programs_an_sm_cap_the_registers():
     """A configuration of 2 programs an SM launches with its registers capped at what lets both
-    stay resident (a cooperative launch fails otherwise: ptxas gave the 8192-column
+    stay resident (fewer are resident otherwise: ptxas gave the 8192-column
     configuration 140-183 registers uncapped with dh_out or at 262144 columns and more, and 128
     with no spill capped, `probes/2026-11-30-0e25331f7a64-grouped-backward-registers.txt`),
     rounded down to the allocation unit of 8 and within a thread's 255; one an SM uncapped."""
@@ -323,10 +323,11 @@ def test_two_programs_an_sm_cap_the_registers():
 @pytest.mark.parametrize("config_index", [0, 1])
 @pytest.mark.parametrize("m, n", [(300, GROUPED), (3, 2**20), (4096, WIDEST)])
 def test_the_grouped_launch_fits_its_programs_an_sm(monkeypatch, config_index, m, n):
-    """What the grouped backward launches, checked without a GPU (direct.launch recorded): a
-    cooperative grid of groups x programs a row within programs an SM x SMs, the registers of
-    that many programs an SM within an SM's, the groups' contiguous row chunks covering every
-    row once, and the exchange and partials as allocated."""
+    """What the grouped backward launches, checked without a GPU (direct.launch recorded): an
+    ordinary (not cooperative) grid of groups x programs a row within programs an SM x SMs, the
+    registers of that many programs an SM within an SM's, the chunks of rows covering every row
+    once, at most HELD_GROUP_CHUNKS_PER_GROUP a group and max(groups, SMs) (a dw partial row
+    each), and the exchange (a word a row and slice; counters, heads and links after it)."""
     config = launch.HELD_GROUP_BACKWARDS[config_index]
     sms = 132
     monkeypatch.setattr(launch, "_sm_count", lambda index: sms)
@@ -345,16 +346,37 @@ def test_the_grouped_launch_fits_its_programs_an_sm(monkeypatch, config_index, m
     ((kernel, grid, args, meta, _),) = launches
     group = launch.cdiv(n, config.slice_n)
     assert (meta["GROUP"], meta["CHUNK"], meta["CHUNKS"]) == (group, config.chunk, config.chunks)
-    assert meta["launch_cooperative_grid"] and grid[0] % group == 0
+    assert "launch_cooperative_grid" not in meta and grid[0] % group == 0
     assert grid[0] <= config.per_sm * sms
     registers = meta.get("maxnreg", 255) * 32 * config.warps * config.per_sm
     assert registers <= launch.REGISTERS_PER_SM
-    groups, rows_per_group = grid[0] // group, args[13]
-    assert (groups - 1) * rows_per_group < m <= groups * rows_per_group
-    assert reduced[0].shape == (groups, n) and args[7].shape == (m * group,)
+    groups, rows_per_chunk, chunks = grid[0] // group, args[14], args[15]
+    assert (chunks - 1) * rows_per_chunk < m <= chunks * rows_per_chunk
+    assert chunks <= max(groups, sms) and chunks <= groups * launch.HELD_GROUP_CHUNKS_PER_GROUP
+    assert reduced[0].shape == (chunks, n) and args[7].shape == (m * group,)
+    assert args[8].shape == (2 + groups + chunks,) and args[8].data_ptr() % 16 == 0
+    assert args[7].untyped_storage().data_ptr() == args[8].untyped_storage().data_ptr()
     assert launch.take_launch_configs()["rmsnorm_bwd_held_group_kernel"]["PROGRAMS_PER_SM"] == (
         config.per_sm
     )
+
+
+@pytest.mark.parametrize(
+    "m, groups, sms, expected",
+    [
+        (2048, 33, 132, (16, 128)),  # 4 chunks a group: 132 asked, 128 of 16 rows
+        (300, 88, 132, (4, 75)),  # 88 groups: one chunk each (SMs // groups = 1), 75 of 4 rows
+        (300, 66, 132, (3, 100)),  # 2 a group
+        (3, 33, 132, (1, 3)),  # fewer rows than groups: a row each
+        (1, 1, 132, (1, 1)),
+        (100000, 2, 132, (12500, 8)),  # 4 a group, not 132: the partials stay at 8 rows
+    ],
+)
+def test_held_group_row_chunks(m, groups, sms, expected):
+    """The grouped backward's chunks of rows: up to HELD_GROUP_CHUNKS_PER_GROUP a group where the
+    SM count allows, at most m, of equal rows but the last (so fewer where rows round up)."""
+    assert launch.HELD_GROUP_CHUNKS_PER_GROUP == 4
+    assert launch.held_group_row_chunks(m, groups, sms) == expected
 
 
 def test_held_group_words_are_whole_in_every_warp_or_one_a_thread():
@@ -368,9 +390,11 @@ def test_held_group_words_are_whole_in_every_warp_or_one_a_thread():
 
 
 def test_held_group_backward_compiles_for_sm90():
-    """Compiled for sm_90 (no GPU): the exchange's relaxed 64-bit exchanges (two: the first row
-    and the rows after) and volatile 64-bit loads (the early one and the poll's), no acquire or
-    release, and no barrier from the poll loop through the fallback where a row has up to 32
+    """Compiled for sm_90 (no GPU): relaxed 64-bit exchanges (four: the first row's sum and the
+    rows' after, the group's head and a chunk's link), relaxed 64-bit adds (three: the ticket,
+    the first claim and the claims after), volatile 64-bit loads (ten: member 0's two polls of
+    the tickets and claims, before and in its loop; the head's two; the sums' early one and
+    poll; a link's early one and poll), no acquire or release, and no barrier from the poll loop through the fallback where a row has up to 32
     words (a program's warps may part there; at 128 their reductions cross warps); 16-byte
     copies and stores (8 warps over 4096-column chunks: 2 vectors of a 16-bit chunk a thread,
     4 of an fp32 one; 5 ring slots, w's 2 chunks, 2 chunks restaged a row; dx and the dw
@@ -385,8 +409,9 @@ def test_held_group_backward_compiles_for_sm90():
                               ("bf16", 2**20, False))]  # fmt: skip
     cases.append({"kernel": "held_group_bwd", "x": "bf16", "block_n": GROUPED, "extra": True,
                   "config": 1})  # fmt: skip
-    expected = {"relaxed exchanges": 2, "acquires or releases": 0, "volatile loads": 2,
-                "staged vectors": 2 * (2 * 5 + 2 + 2 * 2), "vector stores": 2 * 2 + 4 * 2}  # fmt: skip
+    expected = {"relaxed exchanges": 4, "relaxed adds": 3, "acquires or releases": 0,
+                "volatile loads": 10, "staged vectors": 2 * (2 * 5 + 2 + 2 * 2),
+                "vector stores": 2 * 2 + 4 * 2}  # fmt: skip
     found = sm90_compile.run(cases)
     # 2 programs an SM: registers capped at 128 (8 warps); 1 an SM (16384-column slices): none
     assert [f["register cap"] for f in found] == [128, 128, 128, None]
@@ -482,8 +507,9 @@ def record_exchanges(monkeypatch) -> list:
 
 
 def assert_every_slice_published(words: torch.Tensor, m: int, group: int) -> None:
-    """Every member's word of every row carries that row's tag (row + 1)."""
-    tags = words.view(m, group) >> 32
+    """Every member's word of every row (the first m x group words of the exchange) carries
+    that row's tag (row + 1)."""
+    tags = words[: m * group].view(m, group) >> 32
     rows = torch.arange(1, m + 1, device=words.device)[:, None].expand(m, group)
     assert torch.equal(tags, rows)
 
@@ -537,7 +563,7 @@ def test_held_group_backward_with_a_residual_and_strided_rows(monkeypatch):
 def test_the_measured_choice_is_remembered_and_captured(monkeypatch):
     """Tuned (dispatch.tuning) and unforced: the first call measures the wide path, the held row at 16 and
     32 warps and, the row filling two slices, the group (the tuner's CUDA graphs of the Gluon
-    launches, the group's cooperative one among them), later calls reuse the choice, and
+    launches, the group's among them), later calls reuse the choice, and
     a CUDA graph captured after that gives the same gradients as an eager call."""
     inputs = make_inputs((1024, WIDEST), torch.bfloat16, DEVICE)
     with dispatch.tuning(allow_group=True) as table:  # the first call measures

@@ -18,8 +18,8 @@ Paths, chosen by the hidden size N (and for wide rows by M), separately for each
   dy in shared memory and reads them once; measured against the wide path at the first call.
 - held group (16-bit rows, forward past SINGLE_TILE_MAX_N, backward past HELD_BACKWARD_MAX_N,
   and at the held row's widths where the row fills whole slices): each row held by a group of
-  programs, each staging a slice of it, the slices' sums exchanged through global memory in one
-  cooperative launch; measured at the first call beside the paths above (the forward in each
+  programs, each staging a slice of it, the slices' sums exchanged through global memory (an
+  ordinary launch: programs join groups in start order and claim rows); measured at the first call beside the paths above (the forward in each
   configuration of HELD_GROUP_FORWARDS).
 Where several paths can serve a call ("measured" above: forward rows of FORWARD_LOOPED_FROM_N
 < N <= SINGLE_TILE_MAX_N take the single tile or the looped path, say), the dispatch table picks
@@ -109,8 +109,9 @@ class HeldGroupForward(NamedTuple):
 
 
 #: The grouped held-row forward (gluon_kernels.rmsnorm_fwd_held_group_kernel), past
-#: SINGLE_TILE_MAX_N: a group of programs shares each row, each holding a slice, a cooperative
-#: launch; the slices' sums exchanged as the grouped backward's. Each configuration here that
+#: SINGLE_TILE_MAX_N: a group of programs shares each row, each holding a slice, in an ordinary
+#: launch (programs join groups in start order and claim rows: gluon_kernels' grouped section);
+#: the slices' sums exchanged as the grouped backward's. Each configuration here that
 #: fits the device is a path of its own, measured at the first call beside the looped or split
 #: path and, up to HELD_ROW_MAX_N, v16's held row. On the H200: 8192-column slices, 2 ring slots,
 #: 4 an SM, 8 warps (v21) ran 1.17-1.23x the looped and split paths at 262144 and 1048576 columns
@@ -161,7 +162,7 @@ class HeldGroupBackward(NamedTuple):
 
 #: The grouped held-row backward (gluon_kernels.rmsnorm_bwd_held_group_kernel), past
 #: HELD_BACKWARD_MAX_N: a group of programs shares each row, each holding a slice as the held
-#: row holds a row, the slices' sums exchanged through global memory; a cooperative launch. Each
+#: row holds a row, the slices' sums exchanged through global memory; an ordinary launch. Each
 #: configuration here that fits the device is a path of its own, measured at the first call
 #: with the wide path. On the H200, 16384-column slices, 5 ring slots, 8 warps, 1 an SM (v20)
 #: ran 1.12-1.20x the wide path at 64-2048 rows of 65536-1048576 columns, 54-70% of the copy
@@ -182,10 +183,20 @@ HELD_GROUP_BACKWARDS = (
 )
 #: 32-bit registers an SM on the Hopper-class GPUs the Gluon kernels run on.
 REGISTERS_PER_SM = 65536
-#: Polls of a row's published sums a program makes, all its rows together, before it stops
-#: waiting and sums rows alone (never met in the probes' runs: a cooperative launch keeps every
-#: partner resident).
+#: Polls of a row's published sums a warp of a grouped kernel makes, all its rows together,
+#: before it stops waiting and sums rows alone (the same bits), and of its group's tickets that
+#: member 0 makes before it claims rows with the members it has: the last resort where fewer
+#: than a group's programs can be resident at all (a kernel on another stream holding the rest
+#: of the GPU until ours ends). Programs join groups in start order, so otherwise every wait
+#: ends once partners that are already running, or about to start, get there.
 HELD_GROUP_SPIN_LIMIT = 1 << 20
+#: Rows a claim of the grouped forward takes (gluon_kernels' grouped section): one, so that
+#: groups finish within a row of each other whatever number of them is resident.
+HELD_GROUP_FORWARD_CHUNK_ROWS = 1
+#: Chunks of rows a group of the grouped backward takes in a call, where the SM count allows
+#: (held_group_row_chunks): groups that start late (beside a kernel on another stream) then
+#: leave at most a quarter of a group's rows to the others.
+HELD_GROUP_CHUNKS_PER_GROUP = 4
 #: How far past the writers' tags the grouped kernels' readers look: 0. The tests set 1, so
 #: that no group ever looks complete and every program takes the fallback on every row.
 HELD_GROUP_TAG_OFFSET = 0
@@ -1154,25 +1165,43 @@ def _forward_held_group(
     x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual, *, config
 ):
     """Rows shared by a group of programs (held_group_forwards says when), in configuration
-    `config`: as many groups as fit _held_group_forward_programs_per_sm programs an SM, the rows
-    dealt out to them in turn. Allocates one int64 per (row, slice) (the exchange)."""
+    `config`: as many groups as fit _held_group_forward_programs_per_sm programs an SM (the
+    registers capped so that they can: _register_cap), in an ordinary launch (any number of them may be resident: gluon_kernels' grouped section), each
+    group claiming rows one at a time. Allocates one int64 per (row, slice) and per row, and a
+    few more (the exchange and the claims: held_group_exchange)."""
     m, n = x.shape
     group = cdiv(n, config.slice_n)
     per_sm = _held_group_forward_programs_per_sm(x.device.index or 0, config)
     groups = _group_count(m, group, x.device, per_sm)
-    sums = torch.zeros((m * group,), dtype=torch.int64, device=x.device)
+    rows_per_chunk, chunks = HELD_GROUP_FORWARD_CHUNK_ROWS, cdiv(m, HELD_GROUP_FORWARD_CHUNK_ROWS)
+    sums, ctrl = held_group_exchange(m, group, groups, chunks, x.device)
     constexprs = {"GROUP": group, "GROUP_PADDED": held_group_words(group, config.warps),
                   "SLICE": config.slice_n,
                   "RING": config.ring, "WARPS": config.warps}  # fmt: skip
+    cap = _register_cap(per_sm, config.warps)
     meta = {"N": n, **constexprs, "SPIN_LIMIT": HELD_GROUP_SPIN_LIMIT,
-            "num_warps": config.warps, "launch_cooperative_grid": True}  # fmt: skip
-    args = (x, weight, y, rstd, sums, strides[0], strides[1], m, eps, offset,
-            HELD_GROUP_TAG_OFFSET)  # fmt: skip
+            "num_warps": config.warps, **cap}  # fmt: skip
+    args = (x, weight, y, rstd, sums, ctrl, strides[0], strides[1], m, eps, offset,
+            HELD_GROUP_TAG_OFFSET, rows_per_chunk, chunks)  # fmt: skip
     direct.launch(gluon_kernels.rmsnorm_fwd_held_group_kernel, (groups * group,), args, meta,
                   x.get_device())  # fmt: skip
     _LAUNCHED["rmsnorm_fwd_held_group_kernel"] = {
-        **constexprs, "PROGRAMS_PER_SM": per_sm, "num_warps": config.warps,
+        **constexprs, "PROGRAMS_PER_SM": per_sm, "num_warps": config.warps, **cap,
     }  # fmt: skip
+
+
+def held_group_exchange(
+    m: int, group: int, groups: int, chunks: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sums, ctrl): the grouped kernels' exchange, one zeroed int64 allocation a launch (one
+    memset, which a captured graph replays with the launch): sums, a word per (row, slice);
+    ctrl, int32 from the next 16-byte boundary, the ticket and claim counters, a head a group
+    and a link a chunk of rows (gluon_kernels' grouped section)."""
+    words = m * group
+    start = words + words % 2
+    ctrl = 2 + groups + chunks  # int32
+    buffer = torch.zeros((start + (ctrl + 1) // 2,), dtype=torch.int64, device=device)
+    return buffer[:words], buffer[start:].view(torch.int32)[:ctrl]
 
 
 @functools.cache
@@ -1593,8 +1622,7 @@ def held_backward_ring_slots(n: int, shared_bytes: int) -> int:
 
 
 def _held_group_fits_device(device: torch.device, n: int, config: HeldGroupBackward) -> bool:
-    """A Hopper-class device (_hopper_class; every such device launches cooperatively) that
-    gives a program of the configuration its shared memory (_held_group_backward_programs_per_sm
+    """A Hopper-class device (_hopper_class) that gives a program of the configuration its shared memory (_held_group_backward_programs_per_sm
     at least 1), with no more slices in a row than SMs: a row's exchanged words then stay at one
     a thread or fewer (held_group_words), as in every case the GPU tests ran, and the groups
     always have the program slots (per_sm x SMs) for a row each."""
@@ -1626,23 +1654,26 @@ def _backward_held_group(
 ) -> None:
     """Rows shared by a group of programs (held_group_backwards says when), in configuration
     `config`: as many groups as fit _held_group_backward_programs_per_sm programs an SM (the
-    registers capped so that they do), each walking a contiguous chunk of rows. Allocates,
-    beside the partials, one int64 per (row, slice) (the exchange): dx's bytes / 2048 for
+    registers capped so that they can), in an ordinary launch, each group claiming chunks of
+    rows (held_group_row_chunks) and writing each chunk's dw partial row. Allocates the
+    partials (a row a chunk: at most max(groups, SM count) of them)
+    and one int64 per (row, slice) and a few more (held_group_exchange): dx's bytes / 2048 for
     16-bit rows in 8192-column slices, / 4096 in 16384-column ones."""
     m, n = x.shape
     group = cdiv(n, config.slice_n)
     per_sm = _held_group_backward_programs_per_sm(x.device.index or 0, config)
-    groups, rows_per_group = _row_groups(m, group, x.device, per_sm)
-    dw_partial = torch.empty((groups, n), dtype=torch.float32, device=x.device)
-    sums = torch.zeros((m * group,), dtype=torch.int64, device=x.device)
+    groups = _group_count(m, group, x.device, per_sm)
+    rows_per_chunk, chunks = held_group_row_chunks(m, groups, _sm_count(x.device.index or 0))
+    dw_partial = torch.empty((chunks, n), dtype=torch.float32, device=x.device)
+    sums, ctrl = held_group_exchange(m, group, groups, chunks, x.device)
     constexprs = {"GROUP": group, "GROUP_PADDED": held_group_words(group, config.warps),
                   "CHUNK": config.chunk, "CHUNKS": config.chunks, "RING": config.ring,
                   "WARPS": config.warps}  # fmt: skip
     cap = _register_cap(per_sm, config.warps)
     meta = {"N": n, **constexprs, "HAS_DH_OUT": has_dh_out, "SPIN_LIMIT": HELD_GROUP_SPIN_LIMIT,
-            "num_warps": config.warps, "launch_cooperative_grid": True, **cap}  # fmt: skip
-    args = (x, weight, dy, rstd, dx, dw_partial, dh_arg, sums, x.stride(0), dy.stride(0),
-            dx.stride(0), dh_arg.stride(0), m, rows_per_group, offset,
+            "num_warps": config.warps, **cap}  # fmt: skip
+    args = (x, weight, dy, rstd, dx, dw_partial, dh_arg, sums, ctrl, x.stride(0), dy.stride(0),
+            dx.stride(0), dh_arg.stride(0), m, rows_per_chunk, chunks, offset,
             HELD_GROUP_TAG_OFFSET)  # fmt: skip
     direct.launch(gluon_kernels.rmsnorm_bwd_held_group_kernel, (groups * group,), args, meta,
                   x.get_device())  # fmt: skip
@@ -1652,9 +1683,20 @@ def _backward_held_group(
     _reduce_partials(dw_partial, dw)
 
 
+def held_group_row_chunks(m: int, groups: int, sms: int) -> tuple[int, int]:
+    """(rows a chunk, chunks) of the grouped backward's m rows: about as many chunks as groups,
+    or HELD_GROUP_CHUNKS_PER_GROUP times that where the SM count allows (so that groups that
+    start late, beside other kernels, leave less behind), never more than m (at least a row
+    each) nor, past groups, than sms (the dw partials: at most max(groups, sms) x N fp32);
+    fewer where the rows a chunk round up."""
+    per_group = max(1, min(HELD_GROUP_CHUNKS_PER_GROUP, sms // max(groups, 1)))
+    rows_per_chunk = cdiv(m, min(m, groups * per_group))
+    return rows_per_chunk, cdiv(m, rows_per_chunk)
+
+
 def _register_cap(programs_per_sm: int, warps: int) -> dict:
     """The launch option that lets programs_per_sm programs of `warps` warps share an SM's
-    registers (a cooperative launch fails if fewer fit): a thread's share of REGISTERS_PER_SM,
+    registers (fewer would be resident at once otherwise): a thread's share of REGISTERS_PER_SM,
     rounded down to the hardware's allocation unit of 8 and at most 255 (a thread's limit);
     none for one program."""
     if programs_per_sm <= 1:
