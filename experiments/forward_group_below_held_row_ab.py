@@ -26,7 +26,7 @@ import sys
 import torch
 from ab_timing import time_runs
 
-from impls.triton_rmsnorm import gluon_kernels, launch, tuning
+from impls.triton_rmsnorm import dispatch, gluon_kernels, launch, tuning
 
 SHAPES = [
     (512, 131072, torch.bfloat16),
@@ -94,7 +94,7 @@ def main(out_path: str, shapes=SHAPES, configs=CONFIGS) -> None:
         )
         runs = {"product": lambda a: launch.rmsnorm_forward(a[0], a[1], 1e-6)}
         device = torch.device("cuda", 0)
-        paths = {launch.path_name(p): p for p in launch._forward_paths(m, n, device)}
+        paths = {dispatch.path_name(p): p for p in launch._forward_paths(m, n, device)}
         if launch.SINGLE_TILE_MAX_N < n <= launch.HELD_ROW_MAX_N:
             paths["held row"] = launch._forward_held_row
         candidates = {name: _path_run(p) for name, p in paths.items()}

@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from impls.triton_rmsnorm import launch, rmsnorm, tuning
+from impls.triton_rmsnorm import dispatch, launch, rmsnorm, tuning
 
 CHOICES = []
 
@@ -80,7 +80,7 @@ def _recording(fastest):
             chosen = fastest(candidates, run, args, **options)
         finally:
             tuning._median_ms = kept
-        names = [launch.path_name(c) if callable(c) else str(c) for c in candidates]
+        names = [dispatch.path_name(c) if callable(c) else str(c) for c in candidates]
         if len(candidates) > 1:
             CHOICES.append(
                 {"candidates": names, "us": times, "chosen": names[candidates.index(chosen)]}

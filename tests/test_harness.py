@@ -11,7 +11,7 @@ from harness import report, results, shapes, traffic
 from harness.compare import main as compare_main
 
 #: The full seed-sweep run that results/README.md is generated from.
-H200_SEED_RUN = Path("results/nvidia-h200/2026-11-29-1af750f6cb4b-seed.jsonl")
+H200_SEED_RUN = Path("results/nvidia-h200/2026-11-30-e4768343e8e4-seed.jsonl")
 
 
 def test_byte_model():
@@ -123,7 +123,7 @@ def test_from_prints_the_committed_h200_ranking(capsys):
 def test_from_several_runs_writes_one_page_with_ours_against_the_fastest_peer(tmp_path, capsys):
     """Each --from file is one run, ranked on its own; the page pivots ours against the fastest
     oracle-passing peer per case, and appends the notes file."""
-    runs = sorted(Path("results/nvidia-h200").glob("2026-11-29-1af750f6cb4b-*.jsonl"))
+    runs = sorted(Path("results/nvidia-h200").glob("2026-11-30-e4768343e8e4-*.jsonl"))
     assert len(runs) >= 2
     notes = tmp_path / "notes.md"
     notes.write_text("## hand-written notes\n")
