@@ -236,3 +236,43 @@ def test_torch_conversions_as_documented():
     assert e4[:3].tolist() == [448.0, 448.0, 448.0] and torch.isnan(e4[3])
     e5 = v.to(E5).float()
     assert e5[4].item() == float("inf") and torch.isnan(e5[3])
+
+
+# ---- registry, byte model, benchmark -------------------------------------------------------------
+
+
+def test_fp8_byte_model():
+    from harness.traffic import fp8_counted_bytes
+
+    m, n = 4, 300
+    assert fp8_counted_bytes("fwd", m, n, 2, scaling="per_tensor") == 2 * m * n + m * n
+    assert fp8_counted_bytes("fwd", m, n, 2, scaling="per_token") == 3 * m * n + 4 * m
+    assert fp8_counted_bytes("fwd", m, n, 2, scaling="block", residual=True) == (
+        6 * m * n + m * n + 4 * m * 3
+    )
+    assert fp8_counted_bytes("bwd", m, n, 2, scaling="block") == 3 * m * n * 2
+    with pytest.raises(ValueError, match="scaling"):
+        fp8_counted_bytes("fwd", m, n, 2, scaling="tensor")
+
+
+def test_registry_lists_fp8_backends_apart():
+    from impls import all_backends
+
+    names = [b.name for b in all_backends("rmsnorm_fp8")]
+    assert names[:3] == ["triton-fp8", "eager-fp8", "compile-fp8"] and "vllm-fp8" in names
+    assert not any(b.op == "rmsnorm_fp8" for b in all_backends(None))
+    vllm = next(b for b in all_backends("rmsnorm_fp8") if b.name == "vllm-fp8")
+    assert "not installed" in vllm.skip_reason((1, 1), torch.bfloat16, DEVICE)
+
+
+def test_bench_checks_every_backend_on_cpu(tmp_path):
+    import json
+
+    from harness.fp8_bench import main
+
+    out = tmp_path / "fp8.jsonl"
+    main(["--preset", "--shape", "16x256", "--backends", "triton-fp8", "eager-fp8",
+          "--out", str(out)])  # fmt: skip
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2 * 5 and all(r["status"] == "checked" for r in rows)
+    assert all(r["oracle_passed"] for r in rows), [r["oracle"] for r in rows]

@@ -89,16 +89,22 @@ def rmsnorm_fp8_forward(
     fp8_dtype: torch.dtype,
     residual: torch.Tensor | None = None,
     scale_layout: str = "column_major",
+    cast_in_kernel: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
     """(q, scales, rstd, h) for a 2-D x [M, N] with a contiguous last dimension; scales is None
     per tensor (the caller has it), h None without a residual. Allocates q, the scales, rstd
-    (and h) only, so it can be captured in a CUDA graph once the kernel is compiled."""
+    (and h) only, so it can be captured in a CUDA graph once the kernel is compiled.
+    cast_in_kernel: None (default) converts to fp8 in the kernel except under the interpreter;
+    False stores the saturated fp32 values and converts them with torch (the GPU test compares
+    the two bitwise)."""
     launch._check_runnable(x)
     m, n = x.shape
     if n > FP8_MAX_N:
         raise ValueError(f"x: rmsnorm_fp8 takes rows of up to {FP8_MAX_N} columns, got N={n}")
     interpreting = launch.interpreting()
-    q_dtype = torch.float32 if interpreting else fp8_dtype
+    if cast_in_kernel is None:
+        cast_in_kernel = not interpreting
+    q_dtype = fp8_dtype if cast_in_kernel else torch.float32
     q = torch.empty((m, n), dtype=q_dtype, device=x.device)
     rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
     scales = (
@@ -120,9 +126,9 @@ def rmsnorm_fp8_forward(
                 num_warps=4 if interpreting else config["num_warps"],
                 FP8_MAX=FP8_MAX[fp8_dtype], SCALING=_SCALING_CODES[scaling], GROUP=BLOCK_GROUP,
                 BLOCK_M=block_m, BLOCK_N=fp8_block_n(n, scaling),
-                HAS_RESIDUAL=residual is not None, CAST_IN_KERNEL=not interpreting,
+                HAS_RESIDUAL=residual is not None, CAST_IN_KERNEL=cast_in_kernel,
             )  # fmt: skip
-    if interpreting:  # the interpreter's fp8 conversion is wrong: torch converts v (see above)
+    if not cast_in_kernel:  # the interpreter's fp8 conversion is wrong: torch converts v
         q = q.to(fp8_dtype)
     return q, scales, rstd, h
 
