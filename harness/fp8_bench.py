@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -165,8 +166,22 @@ def main(argv=None) -> int:
     p.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     p.add_argument("--modes", nargs="+", default=["fwd", "bwd"], choices=["fwd", "bwd"])
     p.add_argument("--backends", nargs="+", default=None)
+    p.add_argument(
+        "--compile-cases",
+        nargs="*",
+        default=None,
+        choices=list(CASES),
+        help="cases torch.compile runs (default: all; each shape and case compiles)",
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="start no new shape after this many seconds (rows say so)",
+    )
     p.add_argument("--out", type=Path, required=True, help="JSON-lines results file")
     args = p.parse_args(argv)
+    started = time.perf_counter()
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     fp8_dtype = FP8[args.fp8]
     backends = ([get_backend(b) for b in args.backends] if args.backends
@@ -189,17 +204,51 @@ def main(argv=None) -> int:
         runnable = [b for b in backends if b.skip_reason((1, 1), dtype, device) is None]
         built = {}
         for shape in _shapes(args.preset, args.shape):
+            if args.budget_s is not None and time.perf_counter() - started > args.budget_s:
+                emit(
+                    {
+                        "backend": "all",
+                        "case": "all",
+                        "shape": f"{shape[0]}x{shape[1]}",
+                        "status": "not-run",
+                        "reason": f"time budget ({args.budget_s:g} s)",
+                    }
+                )
+                continue
             needs_res = any(c.endswith("+res") for c in args.cases)
             sets, scale = _sets(shape, dtype, eps, needs_res, fp8_dtype)
             if torch.cuda.is_available():
-                for row in _plain_rows(shape, dtype, sets, eps):
-                    emit(row)
+                try:
+                    for row in _plain_rows(shape, dtype, sets, eps):
+                        emit(row)
+                except Exception as exc:
+                    print(f"plain forward / copy failed: {exc}", file=sys.stderr)
             for case in args.cases:
                 for b in runnable:
-                    print(f"{shape} {case} {b.name}", file=sys.stderr, flush=True)
+                    if (
+                        b.name == "compile-fp8"
+                        and args.compile_cases is not None
+                        and (case not in args.compile_cases)
+                    ):
+                        continue
+                    elapsed = time.perf_counter() - started
+                    print(f"[{elapsed:5.0f}s] {shape} {case} {b.name}", file=sys.stderr, flush=True)
                     fn = built.get(b.name) if b.name != "compile-fp8" else None
                     if fn is None:
-                        fn = built[b.name] = b.build()
+                        try:
+                            fn = built[b.name] = b.build()
+                        except Exception as exc:  # a reason in the rows, never a crash
+                            emit(
+                                {
+                                    "backend": b.name,
+                                    "case": case,
+                                    "shape": f"{shape[0]}x{shape[1]}",
+                                    "mode": "fwd",
+                                    "status": "error",
+                                    "reason": f"build: {type(exc).__name__}: {exc}"[:300],
+                                }
+                            )
+                            continue
                     for row in _case_rows(b, fn, case, shape, dtype, fp8_dtype, sets, scale,
                                           args.modes, eps):  # fmt: skip
                         emit(row)
@@ -231,7 +280,7 @@ def _print_table(rows):
         )
     for r in rows:
         if r.get("case") == "all":
-            print(f"not run: {r['backend']}: {r['reason']}")
+            print(f"not run: {r['backend']} {r.get('shape', '')}: {r['reason']}")
 
 
 if __name__ == "__main__":

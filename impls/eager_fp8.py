@@ -19,17 +19,18 @@ def quantize(y: torch.Tensor, scaling: str, scale, fp8_dtype: torch.dtype):
     """(q, scales) of y [M, N] by the op's convention: q = sat(y / s), s = amax / max."""
     fmax = torch.finfo(fp8_dtype).max
     y32 = y.float()
-    if scaling == "per_tensor":
-        s, s_el = scale, scale
-    elif scaling == "per_token":
-        s = (y32.abs().amax(-1) / fmax).clamp(min=FLT_MIN)
-        s_el = s.unsqueeze(-1)
-    else:
+    if scaling == "block":  # as DeepGEMM's per_token_cast_to_fp8: padded [M, G, 128] blocks
         m, n = y32.shape
         groups = -(-n // GROUP)
-        padded = F.pad(y32, (0, groups * GROUP - n)).view(m, groups, GROUP)
-        s = (padded.abs().amax(-1) / fmax).clamp(min=FLT_MIN)
-        s_el = s.repeat_interleave(GROUP, dim=1)[:, :n]
+        blocks = F.pad(y32, (0, groups * GROUP - n)).view(m, groups, GROUP)
+        s = (blocks.abs().amax(-1) / fmax).clamp(min=FLT_MIN)
+        q = (blocks / s.unsqueeze(-1)).clamp(-fmax, fmax).view(m, groups * GROUP)[:, :n]
+        return q.to(fp8_dtype), s
+    if scaling == "per_tensor":
+        s, s_el = scale, scale
+    else:
+        s = (y32.abs().amax(-1) / fmax).clamp(min=FLT_MIN)
+        s_el = s.unsqueeze(-1)
     return (y32 / s_el).clamp(-fmax, fmax).to(fp8_dtype), s
 
 
