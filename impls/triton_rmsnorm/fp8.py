@@ -116,7 +116,7 @@ def rmsnorm_fp8_forward(
         s_arg = rstd if scales is None else scales
         s_strides = (s_arg.stride(0), s_arg.stride(1) if s_arg.dim() == 2 else 0)
         config = fp8_launch_config(n, scaling, x.element_size())
-        block_m = config["BLOCK_M"]
+        block_m, block_n = config["BLOCK_M"], fp8_block_n(n, scaling)
         with launch._on_device(x):
             launch._launch_fixed(
                 fp8_kernels.rmsnorm_fp8_fwd_kernel, (launch.cdiv(m, block_m),),
@@ -125,8 +125,9 @@ def rmsnorm_fp8_forward(
                 m, n, eps, offset,
                 num_warps=4 if interpreting else config["num_warps"],
                 FP8_MAX=FP8_MAX[fp8_dtype], SCALING=_SCALING_CODES[scaling], GROUP=BLOCK_GROUP,
-                BLOCK_M=block_m, BLOCK_N=fp8_block_n(n, scaling),
+                GROUPS=block_n // BLOCK_GROUP, BLOCK_M=block_m, BLOCK_N=block_n,
                 HAS_RESIDUAL=residual is not None, CAST_IN_KERNEL=cast_in_kernel,
+                ROWS_CONTIGUOUS=all(t.stride(0) == n for t in (x, q, r_arg, h_arg)),
             )  # fmt: skip
     if not cast_in_kernel:  # the interpreter's fp8 conversion is wrong: torch converts v
         q = q.to(fp8_dtype)

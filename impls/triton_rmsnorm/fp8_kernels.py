@@ -64,11 +64,18 @@ def rmsnorm_fp8_fwd_kernel(
     FP8_MAX: tl.constexpr,  # the fp8 format's largest finite value (448 e4m3fn, 57344 e5m2)
     SCALING: tl.constexpr,  # 0 per token, 1 per tensor, 2 blocks of GROUP columns
     GROUP: tl.constexpr,
+    GROUPS: tl.constexpr,  # BLOCK_N // GROUP (block scaling)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
     CAST_IN_KERNEL: tl.constexpr,
+    ROWS_CONTIGUOUS: tl.constexpr = False,  # every row stride is N: the strides are ignored
 ):
+    if ROWS_CONTIGUOUS:  # constant row offsets, as rmsnorm_fwd_kernel's
+        stride_x_row = N
+        stride_q_row = N
+        stride_r_row = N
+        stride_h_row = N
     tile = tl.program_id(0).to(tl.int64)
     rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
@@ -93,7 +100,6 @@ def rmsnorm_fp8_fwd_kernel(
         scale = tl.load(STATIC_SCALE)
         v = tl.math.div_rn(y, tl.full(y.shape, 0.0, tl.float32) + scale)
     else:
-        GROUPS: tl.constexpr = BLOCK_N // GROUP
         y3 = tl.reshape(y, [BLOCK_M, GROUPS, GROUP])
         scale = _dynamic_scale(tl.reduce(tl.abs(y3), 2, _max_propagating_nan), FP8_MAX)
         groups = tl.arange(0, GROUPS)
