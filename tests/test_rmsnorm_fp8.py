@@ -13,6 +13,7 @@ from harness.inputs import make_inputs
 from harness.oracle_fp8 import FLT_MIN, check_fp8
 from impls.triton_rmsnorm import rmsnorm, rmsnorm_fp8
 from impls.triton_rmsnorm.fp8 import BLOCK_GROUP, FP8_MAX_N, SCALE_ROW_ALIGN
+from impls.triton_rmsnorm.launch import next_power_of_2
 from tests import negative_controls_fp8 as wrong
 from tests.conftest import DEVICE
 
@@ -279,3 +280,22 @@ def test_bench_checks_every_backend(tmp_path):
     assert len(judged) == 2 * len(CASES)
     assert all(r["status"] in ("checked", "ok") for r in judged), judged
     assert all(r["oracle_passed"] for r in judged), [r["oracle"] for r in judged]
+
+
+# ---- the kernel as a GPU compiles it (sm_90, without a GPU) ---------------------------------------
+
+
+def test_kernel_compiles_for_sm90_with_one_conversion_per_two_codes():
+    """The interpreter never compiles: compile every scaling, both formats, with and without a
+    residual, for sm_90, and check the PTX converts by cvt.rn.satfinite (two codes an
+    instruction) and divides correctly rounded, one division a code (plus one a scale)."""
+    from tests import sm90_compile_fp8
+
+    cases = [{"scaling": s, "n": n, "warps": w, "fp8": f, "x": "bf16", "residual": r}
+             for s in (0, 1, 2) for f in ("fp8e4nv", "fp8e5") for r in (False, True)
+             for n, w in ((4096, 16), (1000, 4))]  # fmt: skip
+    for case, found in zip(cases, sm90_compile_fp8.run(cases), strict=True):
+        per_thread = next_power_of_2(case["n"]) // (32 * case["warps"])
+        key = "cvt e4m3x2" if case["fp8"] == "fp8e4nv" else "cvt e5m2x2"
+        assert found[key] == per_thread // 2, (case, found)
+        assert found["div.rn"] >= per_thread, (case, found)

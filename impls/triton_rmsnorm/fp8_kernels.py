@@ -26,7 +26,7 @@ itself, which the GPU tests check bitwise.
 import triton
 import triton.language as tl
 
-FLT_MIN = 1.1754943508222875e-38
+FLT_MIN = tl.constexpr(1.1754943508222875e-38)  # 2**-126, the smallest normal fp32
 
 
 @triton.jit
