@@ -40,7 +40,11 @@ def test_kernel_cast_is_torchs_and_matches_oracle(dtype, shape, scaling, fp8):
     args = (x, w, EPS, 0.0, scaling, scale, fp8_dtype)
     q, s, rstd, _ = rmsnorm_fp8_forward(*args)
     q_ref, s_ref, rstd_ref, _ = rmsnorm_fp8_forward(*args, cast_in_kernel=False)
-    assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)), "kernel cast != torch's"
+    # bitwise, NaN payloads aside (a NaN is a NaN code whatever its sign bit)
+    nan = torch.isnan(q.float())
+    assert torch.equal(nan, torch.isnan(q_ref.float()))
+    same = q.view(torch.uint8) == q_ref.view(torch.uint8)
+    assert bool((same | nan).all()), f"kernel cast != torch's at {(~same & ~nan).nonzero()[:4]}"
     assert torch.equal(rstd, rstd_ref)
     if s is not None:
         assert torch.equal(s, s_ref)
