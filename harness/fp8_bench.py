@@ -46,10 +46,12 @@ def _static_scale(x, weight, eps, fp8_dtype):
     return (y.abs().amax() / torch.finfo(fp8_dtype).max).reshape(1).float()
 
 
-def _time(calls):
+def _time(calls, stream=None):
+    """Device-only time per call: the calls captured in one CUDA graph on ``stream`` (a new one
+    by default; backward calls need the stream their forwards ran on)."""
     from harness import timing
 
-    stream = torch.cuda.Stream()
+    stream = stream or torch.cuda.Stream()
     timing.warm_up(calls, stream)
     return timing.time_device(calls, stream)
 
@@ -109,25 +111,27 @@ def _case_rows(backend, fn, case, shape, dtype, fp8_dtype, sets, scale, modes, e
                 if not backend.has_backward:
                     yield {**row, "status": "forward-only", "reason": "no backward"}
                     continue
-                calls = []
+                calls, stream = [], torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
                 for s in sets:
                     x = s.x.detach().requires_grad_(True)
                     w = s.weight.detach().requires_grad_(True)
                     r = s.residual.detach().requires_grad_(True) if residual else None
-                    _q, _s, h, port = fn(
-                        x,
-                        w,
-                        eps,
-                        scaling=scaling,
-                        scale=scale if scaling == "per_tensor" else None,
-                        residual=r,
-                        fp8_dtype=fp8_dtype,
-                    )
+                    with torch.cuda.stream(stream):  # autograd replays on the forward's stream
+                        _q, _s, h, port = fn(
+                            x,
+                            w,
+                            eps,
+                            scaling=scaling,
+                            scale=scale if scaling == "per_tensor" else None,
+                            residual=r,
+                            fp8_dtype=fp8_dtype,
+                        )
                     outs, grads = ((port, h), (s.dy, s.dh)) if residual else ((port,), (s.dy,))
                     leaves = (x, w, r) if residual else (x, w)
                     calls.append(lambda o=outs, lv=leaves, g=grads: torch.autograd.grad(
                         o, lv, g, retain_graph=True))  # fmt: skip
-            t = _time(calls)
+            t = _time(calls, stream if mode == "bwd" else None)
         except Exception as exc:
             torch.cuda.synchronize()
             yield {**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}"[:300]}

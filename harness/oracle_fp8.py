@@ -1,9 +1,8 @@
 """The oracle of RMSNorm with fp8 output: exact y, exact scales, torch's own fp8 conversion.
 
-The reference norm runs in fp64 (the kernel's fp32 statistics sit as far from an fp32 oracle as
-from the truth, so an fp32 oracle would double every window below), from x (or h = x + r as the
-backend returned it, rounded once to x's dtype), with the backend's own rounding of nothing
-else. Then, with the convention q = sat(rn(y / s)), s = max(amax(|y|) / fp8_max, FLT_MIN):
+The reference norm runs in fp64, on the inputs' device (the kernel's fp32 statistics sit as
+far from an fp32 oracle as from the truth, so an fp32 oracle would double every window below),
+from x (or the h = x + r the backend returned, so that h is judged apart). Then, with the convention q = sat(rn(y / s)), s = max(amax(|y|) / fp8_max, FLT_MIN):
 
 - dynamic scales (per token, 1 x 128 blocks): s_ref = the exact amax / fp8_max, rounded once to
   fp32. A backend's scale passes within  1 ulp(s_ref) + delta * s_ref, where 1 ulp is the two
@@ -96,7 +95,7 @@ def reference_fp8(
     else:
         m, n = y.shape
         groups = -(-n // GROUP)
-        padded = torch.zeros(m, groups * GROUP, dtype=torch.float64)
+        padded = torch.zeros(m, groups * GROUP, dtype=torch.float64, device=y.device)
         padded[:, :n] = y.abs()
         amax = padded.view(m, groups, GROUP).amax(dim=-1)
     # torch's amax propagates NaN: a row (block) holding a NaN gets a NaN scale
@@ -111,9 +110,11 @@ def reference_codes(y64: torch.Tensor, scale_per_element: torch.Tensor, fp8_dtyp
     return v, v.clamp(-fmax, fmax).to(torch.float32).to(fp8_dtype)
 
 
-def scale_per_element(scales: torch.Tensor, scaling: str, m: int, n: int) -> torch.Tensor:
+def scale_per_element(
+    scales: torch.Tensor, scaling: str, m: int, n: int, device: torch.device
+) -> torch.Tensor:
     """The scale of each element of [M, N] from a backend's scales (any layout)."""
-    s = scales.detach().to(torch.float32).cpu()
+    s = scales.detach().to(device=device, dtype=torch.float32)
     if scaling == "per_tensor":
         return s.reshape(1, 1).expand(m, n)
     if scaling == "per_token":
@@ -153,7 +154,7 @@ def compare_scales(
     scales: torch.Tensor, ref: Fp8Reference, tolerance: Fp8Tolerance, n: int
 ) -> Fp8Report:
     want = ref.scales
-    got = scales.detach().cpu()
+    got = scales.detach().to(want.device)
     if tuple(got.shape) != tuple(want.shape) or got.dtype != torch.float32:
         return Fp8Report("scales", want.numel(), want.numel(), 0,
                          f"got {tuple(got.shape)} {got.dtype}, expected {tuple(want.shape)} "
@@ -180,8 +181,9 @@ def compare_codes(
     if q.dtype != fp8_dtype or q.numel() != m * n:
         return Fp8Report("q", m * n, m * n, 0, f"got {tuple(q.shape)} {q.dtype}, expected "
                          f"{m * n} elements of {fp8_dtype}")  # fmt: skip
-    got8 = q.detach().reshape(m, n).cpu()
-    v, want8 = reference_codes(y64, scale_per_element(scales_used, scaling, m, n), fp8_dtype)
+    got8 = q.detach().reshape(m, n).to(y64.device)
+    s_el = scale_per_element(scales_used, scaling, m, n, y64.device)
+    v, want8 = reference_codes(y64, s_el, fp8_dtype)
     got, want = got8.to(torch.float64), want8.to(torch.float64)
     nan_v = torch.isnan(v)
     equal = (got == want) | (torch.isnan(got) & nan_v)
