@@ -2,7 +2,8 @@
 
 The reference norm runs in fp64, on the inputs' device (the kernel's fp32 statistics sit as
 far from an fp32 oracle as from the truth, so an fp32 oracle would double every window below),
-from x (or the h = x + r the backend returned, so that h is judged apart). Then, with the convention q = sat(rn(y / s)), s = max(amax(|y|) / fp8_max, FLT_MIN):
+from x (or the h = x + r the backend returned, so that h is judged apart). Then, with the
+convention q = sat(rn(y / s)), s = max(amax(|y|) / fp8_max, FLT_MIN):
 
 - dynamic scales (per token, 1 x 128 blocks): s_ref = the exact amax / fp8_max, rounded once to
   fp32. A backend's scale passes within  1 ulp(s_ref) + delta * s_ref, where 1 ulp is the two
