@@ -200,6 +200,10 @@ def main(argv=None) -> int:
             sink.write(json.dumps(row) + "\n")
             sink.flush()
 
+        from harness import provenance
+
+        emit({"case": "provenance", "status": "info", **provenance.collect(),
+              "flashinfer": provenance._version("flashinfer-python")})  # fmt: skip
         device = "cuda" if torch.cuda.is_available() else "cpu"
         for b in backends:
             reason = b.skip_reason((1, 1), dtype, device)
@@ -267,7 +271,7 @@ def _print_table(rows):
     print("| case | shape | mode | backend | µs | GB/s | % copy | x plain fwd | oracle |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        if r.get("case") in ("plain", "all"):
+        if r.get("case") in ("plain", "all", "provenance"):
             continue
         if r["status"] != "ok":
             print(f"| {r['case']} | {r['shape']} | {r['mode']} | {r['backend']} | "

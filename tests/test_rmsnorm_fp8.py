@@ -276,7 +276,8 @@ def test_bench_checks_every_backend(tmp_path):
     main(["--preset", "--shape", "16x256", "--backends", "triton-fp8", "eager-fp8",
           "--modes", "fwd", "--out", str(out)])  # fmt: skip
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    judged = [r for r in rows if r["backend"] in ("triton-fp8", "eager-fp8")]
+    assert rows[0]["case"] == "provenance" and "torch" in str(rows[0])
+    judged = [r for r in rows if r.get("backend") in ("triton-fp8", "eager-fp8")]
     assert len(judged) == 2 * len(CASES)
     assert all(r["status"] in ("checked", "ok") for r in judged), judged
     assert all(r["oracle_passed"] for r in judged), [r["oracle"] for r in judged]
