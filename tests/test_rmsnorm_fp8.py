@@ -141,6 +141,10 @@ def test_backward_is_the_plain_ops_straight_through(with_residual):
     port = outs[-1]
     assert port.shape == x.shape and port.dtype == x.dtype and port.stride() == (0, 0)
     assert not outs[0].requires_grad and not outs[1].requires_grad
+    inference = rmsnorm_fp8(x.detach(), w.detach(), EPS, offset=1.0,
+                            **{k: v.detach() for k, v in extra.items()})  # fmt: skip
+    assert torch.equal(outs[0].view(torch.uint8), inference[0].view(torch.uint8))
+    assert torch.equal(outs[1], inference[1])
     leaves = (x, w, *extra.values())
     got = torch.autograd.grad(port, leaves, inp.dy)
     plain = rmsnorm(x, w, EPS, offset=1.0, **extra)

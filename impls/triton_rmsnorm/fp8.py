@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from . import fp8_kernels, launch
-from .function import _rows, _shaped, _validate_residual, validate_inputs
+from .function import _needs_grad, _rows, _shaped, _validate_residual, validate_inputs
 
 SCALINGS = ("per_token", "per_tensor", "block")
 _SCALING_CODES = {"per_token": 0, "per_tensor": 1, "block": 2}
@@ -285,6 +285,15 @@ def rmsnorm_fp8(
             x, weight, residual, eps, offset, scaling, scale, fp8_dtype, scale_layout
         )
         outputs = (q, scale if scaling == "per_tensor" else _per_token_shape(scales, x, scaling))
+    elif not _needs_grad(x, weight, residual):  # inference: no autograd node to build
+        residual2d = None if residual is None else _rows(residual)
+        q2d, scales, _rstd, h2d = rmsnorm_fp8_forward(
+            _rows(x), weight, eps, offset, scaling, scale, fp8_dtype, residual2d, scale_layout
+        )
+        q, port = _shaped(q2d, x.shape), _dy_port(x) if grad_port else None
+        h = None if h2d is None else _shaped(h2d, x.shape)
+        scales = scale if scaling == "per_tensor" else scales
+        outputs = (q, _per_token_shape(scales, x, scaling))
     else:
         outs = RMSNormFp8Function.apply(
             x, weight, residual, eps, offset, scaling, scale, fp8_dtype, scale_layout
