@@ -58,9 +58,10 @@ TOLERANCES: dict[str, Fp8Tolerance] = {
         "((5 + 4 sqrt(N)) * 2**-24 relative to each element)",
     ),
     "bf16_y": Fp8Tolerance(
-        5 * 2.0**16, ACCUMULATION_SIGMAS,
+        5 * 2.0**17, ACCUMULATION_SIGMAS,
         "norm in bf16 storage then quantized (eager, torch.compile of it): the eager chain's "
-        "5 bf16 ulps (5 * 2**-8 relative) on y before the quantization",
+        "5 bf16 ulps (at most 5 * 2**-7 relative: an ulp is 2**-8 to 2**-7 of the value) on y "
+        "before the quantization",
     ),
 }  # fmt: skip
 
