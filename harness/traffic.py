@@ -25,6 +25,30 @@ def counted_bytes(mode: str, m: int, n: int, element_size: int, op: str = "rmsno
     return TENSORS_MOVED[(op, mode)] * m * n * element_size
 
 
+def fp8_counted_bytes(
+    mode: str,
+    m: int,
+    n: int,
+    element_size: int,
+    *,
+    scaling: str,
+    residual: bool = False,
+    group: int = 128,
+) -> int:
+    """Bytes rmsnorm_fp8 must move. fwd: read x (and r), write the 1-byte codes, the fp32
+    scales (M per token, M * ceil(N / group) per block, none per tensor) and h with a residual;
+    bwd: the plain op's (read x or h and dy, write dx; with a residual also read dh)."""
+    if mode == "bwd":
+        return counted_bytes("bwd", m, n, element_size, "add_rmsnorm" if residual else "rmsnorm")
+    if mode != "fwd":
+        raise ValueError(f"mode: expected 'fwd' or 'bwd', got {mode!r}")
+    scales = {"per_token": m, "per_tensor": 0, "block": m * -(-n // group)}
+    if scaling not in scales:
+        raise ValueError(f"scaling: expected one of {sorted(scales)}, got {scaling!r}")
+    inputs = (3 if residual else 1) * m * n * element_size  # x, and r read and h written
+    return inputs + m * n + 4 * scales[scaling]
+
+
 def copy_bytes(m: int, n: int, element_size: int) -> int:
     """A same-shape copy reads M*N and writes M*N elements: each shape's floor."""
     return 2 * m * n * element_size

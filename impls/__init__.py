@@ -34,6 +34,10 @@ AddRMSNormFn = Callable[
 
 #: The ops the suite measures; a backend implements exactly one.
 OPS = ("rmsnorm", "add_rmsnorm")
+#: RMSNorm with fp8 output (impls/*fp8*.py): fn(x, weight, eps, *, scaling, scale, residual,
+#: fp8_dtype) -> (q, scales, h or None, dy_port or None), measured by harness.fp8_bench, not by
+#: harness.run; all_backends(None) lists OPS' backends only.
+FP8_OPS = ("rmsnorm_fp8",)
 #: What a backend is to the tables (Backend.role).
 ROLES = ("ours", "baseline", "peer")
 
@@ -52,6 +56,10 @@ _BACKEND_MODULES: tuple[str, ...] = (
     "cudnn_frontend",
     "fla",
     "not_runnable",
+    "triton_rmsnorm.fp8_backend",
+    "eager_fp8",
+    "flashinfer_fp8",
+    "vllm_fp8",
 )
 
 
@@ -149,7 +157,7 @@ def _load_registry() -> dict[str, Backend]:
             for backend in getattr(module, "BACKENDS", None) or (module.BACKEND,):
                 if backend.name in registry:
                     raise RuntimeError(f"backend name {backend.name!r} registered twice")
-                if backend.op not in OPS:
+                if backend.op not in OPS + FP8_OPS:
                     raise RuntimeError(f"backend {backend.name!r}: op {backend.op!r} not in {OPS}")
                 registry[backend.name] = backend
         check_roles(registry)
@@ -159,7 +167,8 @@ def _load_registry() -> dict[str, Backend]:
 
 def check_roles(registry: dict[str, Backend]) -> None:
     """Exactly one "ours" and one "baseline" backend per op: the tables compare against them."""
-    for op in OPS:
+    fp8_ops = tuple(op for op in FP8_OPS if any(b.op == op for b in registry.values()))
+    for op in OPS + fp8_ops:
         for role in ("ours", "baseline"):
             named = [b.name for b in registry.values() if b.op == op and b.role == role]
             if len(named) != 1:
@@ -167,8 +176,8 @@ def check_roles(registry: dict[str, Backend]) -> None:
 
 
 def all_backends(op: str | None = "rmsnorm") -> list[Backend]:
-    """Every registered backend of ``op`` (all ops when None), available here or not."""
-    return [b for b in _load_registry().values() if op is None or b.op == op]
+    """Every registered backend of ``op`` (all of OPS when None), available here or not."""
+    return [b for b in _load_registry().values() if b.op == op or (op is None and b.op in OPS)]
 
 
 def backend_with_role(op: str, role: str) -> str:

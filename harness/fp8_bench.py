@@ -1,0 +1,295 @@
+"""python -m harness.fp8_bench: rmsnorm_fp8 beside its peers, device-only, each checked by the
+fp8 oracle, with the plain bf16 forward (ours) at the same shape for the 1.1x target.
+
+One JSON line per (case, shape, backend, mode) in --out; a table on stdout. Cases: scaling x
+residual ("per_token", "per_tensor", "block", "per_tensor+res", "block+res"). Bandwidth counts
+harness.traffic.fp8_counted_bytes; "copy" is a same-shape copy of x (read + write, x's dtype).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from harness import traffic
+from harness.inputs import DEFAULT_EPS, make_inputs
+from harness.oracle_fp8 import check_fp8
+from harness.shapes import PRESETS, parse_shape
+from impls import all_backends, get_backend
+from impls.fp8_common import Fp8Unsupported
+
+#: Shapes for the fp8 op where harness.shapes has no preset of that name.
+FP8_PRESETS = {
+    "models": [(4096, n) for n in (2048, 3584, 4096, 5120, 7168, 8192)],
+    "decode": [(m, n) for m in (1, 8, 32, 128) for n in (4096, 7168, 8192)],
+}
+CASES = ("per_token", "per_tensor", "block", "per_tensor+res", "block+res")
+FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+
+
+def _shapes(presets, explicit):
+    shapes = []
+    for name in presets:
+        shapes += PRESETS[name][1] if name in PRESETS else FP8_PRESETS[name]
+    shapes += [parse_shape(s) for s in explicit]
+    return list(dict.fromkeys(shapes))
+
+
+def _static_scale(x, weight, eps, fp8_dtype):
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps) * weight.float()
+    return (y.abs().amax() / torch.finfo(fp8_dtype).max).reshape(1).float()
+
+
+def _time(calls, stream=None):
+    """Device-only time per call: the calls captured in one CUDA graph on ``stream`` (a new one
+    by default; backward calls need the stream their forwards ran on)."""
+    from harness import timing
+
+    stream = stream or torch.cuda.Stream()
+    timing.warm_up(calls, stream)
+    return timing.time_device(calls, stream)
+
+
+def _sets(shape, dtype, eps, residual, fp8_dtype):
+    m, n = shape
+    count = 1
+    if torch.cuda.is_available():
+        from harness.timing import rotating_sets
+
+        count = rotating_sets(traffic.counted_bytes("fwd", m, n, dtype.itemsize))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    sets = [make_inputs(shape, dtype, device, eps=eps, seed=1000 + i, with_residual=residual)
+            for i in range(count)]  # fmt: skip
+    return sets, _static_scale(sets[0].x, sets[0].weight, eps, fp8_dtype)
+
+
+def _case_rows(backend, fn, case, shape, dtype, fp8_dtype, sets, scale, modes, eps):
+    scaling, _, res = case.partition("+")
+    residual = res == "res"
+    m, n = shape
+
+    def call(s, r=None):
+        return fn(s.x, s.weight, eps, scaling=scaling, scale=scale if scaling == "per_tensor"
+                  else None, residual=r, fp8_dtype=fp8_dtype)  # fmt: skip
+
+    base = {"backend": backend.name, "case": case, "shape": f"{m}x{n}", "m": m, "n": n,
+            "dtype": str(dtype).removeprefix("torch."), "fp8": str(fp8_dtype).removeprefix(
+                "torch.")}  # fmt: skip
+    s0 = sets[0]
+    try:
+        r0 = s0.residual.clone() if residual else None  # in-place peers update it: h
+        q, scales, h, _port = call(s0, r0)
+        reports = check_fp8(q, scales, s0.x, s0.weight, eps, scaling=scaling,
+                            fp8_dtype=fp8_dtype, numerics=backend.numerics,
+                            static_scale=scale if scaling == "per_tensor" else None,
+                            normalized=h)  # fmt: skip
+        verdict = {"oracle_passed": all(r.passed for r in reports),
+                   "oracle": "; ".join(r.summary() for r in reports)}  # fmt: skip
+    except Fp8Unsupported as exc:
+        yield {**base, "mode": "fwd", "status": "unsupported", "reason": str(exc)}
+        return
+    except Exception as exc:
+        yield {**base, "mode": "fwd", "status": "error", "reason": f"{type(exc).__name__}: "
+               f"{str(exc).splitlines()[0][:300] if str(exc) else ''}"}  # fmt: skip
+        return
+    if not torch.cuda.is_available():
+        yield {**base, "mode": "fwd", "status": "checked", **verdict}
+        return
+    for mode in modes:
+        row = {**base, "mode": mode, **verdict}
+        try:
+            if mode == "fwd":
+                rs = [s.residual.clone() if residual else None for s in sets]
+                calls = [lambda s=s, r=r: call(s, r) for s, r in zip(sets, rs, strict=True)]
+            else:
+                if not backend.has_backward:
+                    yield {**row, "status": "forward-only", "reason": "no backward"}
+                    continue
+                calls, stream = [], torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                for s in sets:
+                    x = s.x.detach().requires_grad_(True)
+                    w = s.weight.detach().requires_grad_(True)
+                    r = s.residual.detach().requires_grad_(True) if residual else None
+                    with torch.cuda.stream(stream):  # autograd replays on the forward's stream
+                        _q, _s, h, port = fn(
+                            x,
+                            w,
+                            eps,
+                            scaling=scaling,
+                            scale=scale if scaling == "per_tensor" else None,
+                            residual=r,
+                            fp8_dtype=fp8_dtype,
+                        )
+                    outs, grads = ((port, h), (s.dy, s.dh)) if residual else ((port,), (s.dy,))
+                    leaves = (x, w, r) if residual else (x, w)
+                    calls.append(lambda o=outs, lv=leaves, g=grads: torch.autograd.grad(
+                        o, lv, g, retain_graph=True))  # fmt: skip
+            t = _time(calls, stream if mode == "bwd" else None)
+        except Exception as exc:
+            torch.cuda.synchronize()
+            yield {**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}"[:300]}
+            continue
+        nbytes = traffic.fp8_counted_bytes(mode, m, n, dtype.itemsize, scaling=scaling,
+                                           residual=residual)  # fmt: skip
+        yield {**row, "status": "ok", "ms": t.ms, "p20": t.p20, "p80": t.p80, "bytes": nbytes,
+               "gbps": traffic.gbps(nbytes, t.ms)}  # fmt: skip
+
+
+def _plain_rows(shape, dtype, sets, eps):
+    """Our plain forward (y in x's dtype) and a same-shape copy: the 1.1x bar and the ceiling."""
+    from harness.ceiling import triton_copy
+    from impls.triton_rmsnorm import rmsnorm
+
+    m, n = shape
+    base = {"case": "plain", "shape": f"{m}x{n}", "m": m, "n": n, "mode": "fwd",
+            "dtype": str(dtype).removeprefix("torch.")}  # fmt: skip
+    t = _time([lambda s=s: rmsnorm(s.x, s.weight, eps) for s in sets])
+    nbytes = traffic.counted_bytes("fwd", m, n, dtype.itemsize)
+    yield {**base, "backend": "triton", "status": "ok", "ms": t.ms, "bytes": nbytes,
+           "gbps": traffic.gbps(nbytes, t.ms)}  # fmt: skip
+    outs = [torch.empty_like(s.x) for s in sets]
+    t = _time([lambda s=s, o=o: triton_copy(s.x, o) for s, o in zip(sets, outs, strict=True)])
+    nbytes = traffic.copy_bytes(m, n, dtype.itemsize)
+    yield {**base, "backend": "copy", "status": "ok", "ms": t.ms, "bytes": nbytes,
+           "gbps": traffic.gbps(nbytes, t.ms)}  # fmt: skip
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", nargs="*", default=["seed", "models", "decode"])
+    p.add_argument("--shape", nargs="+", default=[])
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    p.add_argument("--fp8", default="e4m3", choices=list(FP8))
+    p.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    p.add_argument("--modes", nargs="+", default=["fwd", "bwd"], choices=["fwd", "bwd"])
+    p.add_argument("--backends", nargs="+", default=None)
+    p.add_argument(
+        "--compile-cases",
+        nargs="*",
+        default=None,
+        choices=list(CASES),
+        help="cases torch.compile runs (default: all; each shape and case compiles)",
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="start no new shape after this many seconds (rows say so)",
+    )
+    p.add_argument("--out", type=Path, required=True, help="JSON-lines results file")
+    args = p.parse_args(argv)
+    started = time.perf_counter()
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    fp8_dtype = FP8[args.fp8]
+    backends = ([get_backend(b) for b in args.backends] if args.backends
+                else all_backends("rmsnorm_fp8"))  # fmt: skip
+    eps = DEFAULT_EPS
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with args.out.open("w") as sink:
+
+        def emit(row):
+            rows.append(row)
+            sink.write(json.dumps(row) + "\n")
+            sink.flush()
+
+        from harness import provenance
+
+        emit({"case": "provenance", "status": "info", **provenance.collect(),
+              "flashinfer": provenance._version("flashinfer-python")})  # fmt: skip
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        for b in backends:
+            reason = b.skip_reason((1, 1), dtype, device)
+            if reason:
+                emit({"backend": b.name, "case": "all", "status": "not-run", "reason": reason})
+        runnable = [b for b in backends if b.skip_reason((1, 1), dtype, device) is None]
+        built = {}
+        for shape in _shapes(args.preset, args.shape):
+            if args.budget_s is not None and time.perf_counter() - started > args.budget_s:
+                emit(
+                    {
+                        "backend": "all",
+                        "case": "all",
+                        "shape": f"{shape[0]}x{shape[1]}",
+                        "status": "not-run",
+                        "reason": f"time budget ({args.budget_s:g} s)",
+                    }
+                )
+                continue
+            needs_res = any(c.endswith("+res") for c in args.cases)
+            sets, scale = _sets(shape, dtype, eps, needs_res, fp8_dtype)
+            if torch.cuda.is_available():
+                try:
+                    for row in _plain_rows(shape, dtype, sets, eps):
+                        emit(row)
+                except Exception as exc:
+                    print(f"plain forward / copy failed: {exc}", file=sys.stderr)
+            for case in args.cases:
+                for b in runnable:
+                    if (
+                        b.name == "compile-fp8"
+                        and args.compile_cases is not None
+                        and (case not in args.compile_cases)
+                    ):
+                        continue
+                    elapsed = time.perf_counter() - started
+                    print(f"[{elapsed:5.0f}s] {shape} {case} {b.name}", file=sys.stderr, flush=True)
+                    fn = built.get(b.name) if b.name != "compile-fp8" else None
+                    if fn is None:
+                        try:
+                            fn = built[b.name] = b.build()
+                        except Exception as exc:  # a reason in the rows, never a crash
+                            emit(
+                                {
+                                    "backend": b.name,
+                                    "case": case,
+                                    "shape": f"{shape[0]}x{shape[1]}",
+                                    "mode": "fwd",
+                                    "status": "error",
+                                    "reason": f"build: {type(exc).__name__}: {exc}"[:300],
+                                }
+                            )
+                            continue
+                    for row in _case_rows(b, fn, case, shape, dtype, fp8_dtype, sets, scale,
+                                          args.modes, eps):  # fmt: skip
+                        emit(row)
+            del sets
+            torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    _print_table(rows)
+    return 0
+
+
+def _print_table(rows):
+    plain = {(r["shape"], r["backend"]): r for r in rows if r.get("case") == "plain"}
+    print("| case | shape | mode | backend | µs | GB/s | % copy | x plain fwd | oracle |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if r.get("case") in ("plain", "all", "provenance"):
+            continue
+        if r["status"] != "ok":
+            print(f"| {r['case']} | {r['shape']} | {r['mode']} | {r['backend']} | "
+                  f"{r['status']}: {r.get('reason') or r.get('oracle', '')} | | | | |")  # fmt: skip
+            continue
+        copy = plain.get((r["shape"], "copy"))
+        fwd = plain.get((r["shape"], "triton"))
+        pct = f"{100 * r['gbps'] / copy['gbps']:.0f}" if copy else ""
+        ratio = f"{r['ms'] / fwd['ms']:.2f}" if fwd and r["mode"] == "fwd" else ""
+        verdict = "ok" if r.get("oracle_passed") else f"FAIL {r.get('oracle', '')}"
+        print(
+            f"| {r['case']} | {r['shape']} | {r['mode']} | {r['backend']} | "
+            f"{1e3 * r['ms']:.1f} | {r['gbps']:.0f} | {pct} | {ratio} | {verdict} |"
+        )
+    for r in rows:
+        if r.get("case") == "all":
+            print(f"not run: {r['backend']} {r.get('shape', '')}: {r['reason']}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

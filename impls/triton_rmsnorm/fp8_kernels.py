@@ -1,0 +1,117 @@
+"""Triton kernel of RMSNorm with fp8 output: the norm and its quantization in one pass.
+
+    y = x * rstd * (offset + w),   rstd = 1 / sqrt(mean(x^2) + eps)   (fp32, as kernels.py)
+    q = sat(rn(y / scale)),        dequantized: q * scale
+
+scale is one fp32 per row (SCALING 0, per token: amax(|y|) over the row / FP8_MAX), the
+caller's one fp32 (SCALING 1, per tensor, read from device memory: no host sync), or one fp32
+per GROUP columns of a row (SCALING 2, 1 x 128 blocks: amax over the group / FP8_MAX). A
+dynamic scale is floored at FLT_MIN (2**-126), so that an all-zero row or block quantizes to
+zeros, not 0 / 0. The division is correctly rounded (div_rn), the saturation explicit (|v| >
+FP8_MAX -> +-FP8_MAX; NaN compares false and stays NaN), and the amax propagates NaN: a row
+(block) holding a NaN gets a NaN scale and NaN codes.
+
+One tile of BLOCK_M whole rows (BLOCK_N = the row padded to a power of two, at least GROUP
+with block scaling): x (and r) read once, q (and h) written once, one rstd per row for the
+backward, which is the plain op's (launch.rmsnorm_backward): the quantization is straight
+through. Padding columns load as 0, so they never raise an amax.
+
+CAST_IN_KERNEL False stores v = sat(y / scale) in fp32 instead of its fp8 code, for the
+launcher to convert with torch: Triton's CPU interpreter (3.9) converts fp32 -> fp8 wrongly
+(ties away from even, a rounding carry lost into the exponent, NaN and overflow wrapped, fp8
+subnormals flushed; see fp8.py), so the CPU tests check everything but the cast instruction
+itself, which the GPU tests check bitwise.
+"""
+
+import triton
+import triton.language as tl
+
+FLT_MIN = tl.constexpr(1.1754943508222875e-38)  # 2**-126, the smallest normal fp32
+
+
+@triton.jit
+def _max_propagating_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _dynamic_scale(amax, FP8_MAX: tl.constexpr):
+    """amax / FP8_MAX, correctly rounded, floored at FLT_MIN (NaN stays NaN)."""
+    scale = tl.math.div_rn(amax, tl.full(amax.shape, FP8_MAX, tl.float32))
+    return tl.where(scale < FLT_MIN, FLT_MIN, scale)
+
+
+@triton.jit
+def rmsnorm_fp8_fwd_kernel(
+    X,  # [M, N] input, rows strided by stride_x_row, last dim contiguous
+    W,  # [N] weight
+    Q,  # [M, N] output: fp8 codes (CAST_IN_KERNEL) or fp32 saturated values
+    SCALES,  # per token [M] / block [M, ceil(N / GROUP)] fp32 output (unused per tensor)
+    RSTD,  # [M] fp32, saved for the backward
+    R,  # [M, N] residual (HAS_RESIDUAL only)
+    H,  # [M, N] output h = x + r, dtype of X (HAS_RESIDUAL only)
+    STATIC_SCALE,  # [1] fp32, the caller's scale (per tensor only)
+    stride_x_row,
+    stride_q_row,
+    stride_r_row,
+    stride_h_row,
+    stride_s_row,  # SCALES' strides: row-major or column-major block scales
+    stride_s_col,
+    M,
+    N: tl.constexpr,
+    eps,
+    offset,
+    FP8_MAX: tl.constexpr,  # the fp8 format's largest finite value (448 e4m3fn, 57344 e5m2)
+    SCALING: tl.constexpr,  # 0 per token, 1 per tensor, 2 blocks of GROUP columns
+    GROUP: tl.constexpr,
+    GROUPS: tl.constexpr,  # BLOCK_N // GROUP (block scaling)
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+    CAST_IN_KERNEL: tl.constexpr,
+    ROWS_CONTIGUOUS: tl.constexpr = False,  # every row stride is N: the strides are ignored
+):
+    if ROWS_CONTIGUOUS:  # constant row offsets, as rmsnorm_fwd_kernel's
+        stride_x_row = N
+        stride_q_row = N
+        stride_r_row = N
+        stride_h_row = N
+    tile = tl.program_id(0).to(tl.int64)
+    rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    row_mask = rows < M
+    mask = row_mask[:, None] & (cols < N)[None, :]
+    x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        r = tl.load(R + rows[:, None] * stride_r_row + cols[None, :], mask=mask, other=0.0)
+        h = (x.to(tl.float32) + r.to(tl.float32)).to(H.dtype.element_ty)
+        tl.store(H + rows[:, None] * stride_h_row + cols[None, :], h, mask=mask)
+        x = h
+    x = x.to(tl.float32)
+    mean_sq = tl.sum(x * x, axis=1) / N
+    rstd = 1.0 / tl.sqrt_rn(mean_sq + eps)
+    w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32) + offset
+    y = x * rstd[:, None] * w[None, :]
+    if SCALING == 0:
+        scale = _dynamic_scale(tl.reduce(tl.abs(y), 1, _max_propagating_nan), FP8_MAX)
+        tl.store(SCALES + rows * stride_s_row, scale, mask=row_mask)
+        v = tl.math.div_rn(y, scale[:, None])
+    elif SCALING == 1:
+        scale = tl.load(STATIC_SCALE)
+        v = tl.math.div_rn(y, tl.full(y.shape, 0.0, tl.float32) + scale)
+    else:
+        y3 = tl.reshape(y, [BLOCK_M, GROUPS, GROUP])
+        scale = _dynamic_scale(tl.reduce(tl.abs(y3), 2, _max_propagating_nan), FP8_MAX)
+        groups = tl.arange(0, GROUPS)
+        group_mask = row_mask[:, None] & (groups < (N + GROUP - 1) // GROUP)[None, :]
+        offsets = rows[:, None] * stride_s_row + groups[None, :] * stride_s_col
+        tl.store(SCALES + offsets, scale, mask=group_mask)
+        v = tl.reshape(tl.math.div_rn(y3, scale[:, :, None]), [BLOCK_M, BLOCK_N])
+    v = tl.where(v > FP8_MAX, FP8_MAX, v)
+    v = tl.where(v < -FP8_MAX, -FP8_MAX, v)
+    q_ptrs = Q + rows[:, None] * stride_q_row + cols[None, :]
+    if CAST_IN_KERNEL:
+        tl.store(q_ptrs, v.to(Q.dtype.element_ty), mask=mask)
+    else:
+        tl.store(q_ptrs, v, mask=mask)
+    tl.store(RSTD + rows, rstd, mask=row_mask)
