@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from impls.triton_rmsnorm import dispatch, launch, rmsnorm, tuning
+from impls.triton_rmsnorm import dispatch, rmsnorm, tuning
 
 CHOICES = []
 

@@ -146,6 +146,10 @@ def test_override_bypasses_replays():
         launch.rmsnorm_forward(x, w, 1e-6)
 
 
+@pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason="CPU only: the harvest run tunes for real on a GPU (test_tuning.py measures there)",
+)
 def test_a_tuning_session_harvests_the_measured_path_and_its_configurations(tmp_path, monkeypatch):
     """dispatch.tune_call with the timing replaced (the CPU cannot time): the entry holds the
     picked path's name and the configurations its kernels launched, and is saved; the grouped
@@ -240,3 +244,30 @@ def test_tuner_main_sweeps_saves_resumes_with_merge_and_stops_on_budget(tmp_path
     assert tune.main([*grid[:-1], "--budget-s", "45"]) == 0
     assert len(ran) == 2 and len(Table.load(out)) == 2
     assert Table.load(out).meta["gpu"] == "NVIDIA H200"
+
+
+def test_unify_without_gpu_gives_each_width_its_largest_m_class_pick(tmp_path):
+    """The blunt batch-invariance rule: a forward width whose entries differ takes its largest M
+    class's pick at every M; other dtypes, the backward and uniform widths are left alone."""
+    from impls.triton_rmsnorm import tune
+
+    fp16, bf16 = Key("fwd", ("float16",) * 3, False), Key("fwd", ("bfloat16",) * 3, False)
+    small = {"rmsnorm_fwd_kernel": {"BLOCK_M": 1, "num_warps": 4}}
+    large = {"rmsnorm_fwd_kernel": {"BLOCK_M": 4, "num_warps": 8}}
+    bwd = Key("bwd", ("float16",) * 4, False)
+    table = Table([
+        Entry(fp16, 4096, 1, "single_tile", small), Entry(fp16, 4096, 4096, "single_tile", large),
+        Entry(fp16, 2048, 1, "single_tile", small), Entry(fp16, 2048, 4096, "single_tile", small),
+        Entry(bf16, 4096, 1, "single_tile", small), Entry(bf16, 4096, 4096, "single_tile", large),
+        Entry(bwd, 4096, 1, "single_tile", {}), Entry(bwd, 4096, 4096, "wide", {}),
+    ])  # fmt: skip
+    path = tmp_path / "t.json"
+    table.save(path)
+    assert tune.main(["--unify-without-gpu", "--out", str(path), "--dtypes", "fp16"]) == 0
+    got = Table.load(path)
+    assert got.lookup(fp16, 4096, 1).configs == large  # unified
+    assert got.lookup(fp16, 2048, 1).configs == small  # one pick already
+    assert got.lookup(bf16, 4096, 1).configs == small  # not chosen
+    assert got.lookup(bwd, 4096, 1).path == "single_tile"  # the backward is left alone
+    assert got.meta["unified_without_gpu"] == ["float16"]
+    assert tune.main(["--unify-without-gpu", "--out", str(tmp_path / "missing.json")]) == 2

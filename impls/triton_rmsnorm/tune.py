@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from . import dispatch, dispatch_table, launch
-from .dispatch_table import Table
+from .dispatch_table import Entry, Table
 
 POWERS_OF_TWO = tuple(2**k for k in range(6, 19))  # 64 .. 262144
 #: Hidden sizes of current model families (Qwen2.5 0.5B-72B, Llama 3 1B-405B, Gemma, Mistral,
@@ -97,6 +97,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--no-batch-invariance", action="store_true",
                         help="skip the check that y's rows keep their bits across the M "
                         "classes of each forward width (batch_invariance)")  # fmt: skip
+    parser.add_argument("--unify-without-gpu", action="store_true",
+                        help="no measuring: in --out's table, give every forward entry of the "
+                        "--dtypes and --residual chosen the path and configurations of its "
+                        "width's largest M class wherever the width's entries differ (for "
+                        "families the GPU check did not reach; see unify_by_largest_class)")  # fmt: skip
     parser.add_argument("--list", action="store_true", help="print the points and exit")
     return parser.parse_args(argv)
 
@@ -169,6 +174,8 @@ def main(argv=None) -> int:
             print(*_describe(point))
         print(f"{len(points)} points")
         return 0
+    if args.unify_without_gpu:
+        return _unify_main(args)
     if not torch.cuda.is_available():
         print("tune: needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
@@ -214,6 +221,48 @@ def main(argv=None) -> int:
     print(f"tune: wrote {len(table)} entries to {out} ({done} new, {len(failed)} failed) in "
           f"{time.perf_counter() - start:.0f} s", flush=True)  # fmt: skip
     return 1 if failed and not done else 0
+
+
+def unify_by_largest_class(table: Table, dtypes: set[str], residuals: set[bool]) -> list[Entry]:
+    """Without a GPU: each forward width (of the dtypes and residual flags given) whose entries
+    pick more than one (path, configurations) gets its largest M class's pick at every M class,
+    so every M runs the same code on a row: the reduction order, hence y's bits, then no longer
+    depend on M. batch_invariance does this only where a GPU saw the bits differ (keeping a
+    faster pick where they agree); this rule is the blunt form, for families that check did
+    not reach. Returns the entries replaced (already added to table)."""
+    families: dict[tuple, list[Entry]] = {}
+    for entry in table.entries():
+        key = entry.key
+        if key.direction == "fwd" and key.dtypes[0] in dtypes and key.residual in residuals:
+            families.setdefault((key, entry.n), []).append(entry)
+    replaced = []
+    for (key, n), entries in families.items():
+        ref = max(entries, key=lambda e: e.m)
+        for entry in entries:
+            if (entry.path, entry.configs) != (ref.path, ref.configs):
+                unified = Entry(key, n, entry.m, ref.path, ref.configs)
+                table.add(unified)
+                replaced.append(unified)
+    return replaced
+
+
+def _unify_main(args: argparse.Namespace) -> int:
+    if args.out is None or not args.out.exists():
+        print(f"--out: expected an existing table to unify, got {args.out}", file=sys.stderr)
+        return 2
+    table = Table.load(args.out)
+    dtypes = {dispatch_table.dtype_name(DTYPE_ALIASES[d]) for d in args.dtypes}
+    residuals = {"no": {False}, "yes": {True}, "both": {False, True}}[args.residual]
+    replaced = unify_by_largest_class(table, dtypes, residuals)
+    for entry in replaced:
+        print(f"unified: fwd {entry.key.dtypes[0]} {'res' if entry.key.residual else '-'} "
+              f"n={entry.n} m={entry.m} -> {entry.path}", flush=True)  # fmt: skip
+    table.meta = {**table.meta, "unified_without_gpu": sorted(
+        {*table.meta.get("unified_without_gpu", ()),
+         *(f"{d}{'+res' if r else ''}" for d in dtypes for r in residuals)})}  # fmt: skip
+    table.save(args.out)
+    print(f"tune: {len(replaced)} forward entries of {sorted(dtypes)} unified in {args.out}")
+    return 0
 
 
 #: Rows of y compared across M classes per forward width (batch_invariance).
