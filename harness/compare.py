@@ -35,7 +35,7 @@ def _backend_epilog() -> str:
 
 def _parser(on_cuda: bool) -> argparse.ArgumentParser:
     from harness.shapes import PRESETS
-    from impls import backend_names
+    from impls import all_backends
 
     presets = "\n".join(f"  {name}: {desc}" for name, (desc, _) in PRESETS.items())
     timings = (
@@ -69,7 +69,7 @@ def _parser(on_cuda: bool) -> argparse.ArgumentParser:
         "--backends",
         nargs="+",
         metavar="NAME",
-        choices=backend_names(),
+        choices=[b.name for b in all_backends(None)],  # rmsnorm_fp8's have harness.fp8_bench
         help="backends to measure (default: all registered backends of --op; listed below)",
     )
     p.add_argument(
