@@ -10,7 +10,7 @@ no public override), after checking that the launch offers it for that shape on 
 What needs what:
 - two GPUs (skipped with the count found otherwise): test_every_path_on_two_gpus_in_turn,
   the cuda:1 cases of test_a_graph_captured_on_a_gpu, test_no_wait_on_another_streams_kernels
-  and test_autotuned_first_call_with_another_gpu_current;
+  and test_tuned_first_call_with_another_gpu_current;
 - one GPU: test_every_path_on_one_gpu_and_a_side_stream and the cuda:0 cases of the others;
 - the held-row and grouped paths also need a Hopper-class GPU with Gluon (else skipped by
   the launch's own offer, with the reason).
@@ -27,7 +27,7 @@ import torch
 from harness.checks import poison_free_memory
 from harness.inputs import make_inputs
 from harness.oracle import compare, reference
-from impls.triton_rmsnorm import launch, rmsnorm
+from impls.triton_rmsnorm import dispatch, launch, rmsnorm
 from tests.cases import DTYPE_NAMES
 from tests.test_triton_features import TOL
 
@@ -366,22 +366,23 @@ def test_no_wait_on_another_streams_kernels(monkeypatch, index, case):
 
 @needs_gpu
 @ON_EACH_GPU
-def test_autotuned_first_call_with_another_gpu_current(monkeypatch, index):
-    """Autotuned (the product's default), the first call at 256x32768 bf16 measures its paths
-    (two-step, held rows, groups) and tunes their kernels for x's GPU while cuda:0 is current
-    (cuda:0: on a side stream): tuned and measured for that GPU, and within the oracle's
-    bounds; a second call gives the same bits."""
-    monkeypatch.setattr(launch, "_AUTOTUNE", True)
-    monkeypatch.setattr(launch, "_TUNED", {})
-    monkeypatch.setattr(launch, "_MEASURED_PATH", {})
+def test_tuned_first_call_with_another_gpu_current(monkeypatch, tmp_path, index):
+    """Opt-in runtime tuning (dispatch.tuning) of a first call at 256x32768 bf16 whose x is on
+    cuda:index while cuda:0 is current (cuda:0: on a side stream): it measures the paths and
+    tunes their kernels on x's GPU (its private stream made there), stays within the oracle's
+    bounds and records the forward's and the backward's entries; a second call gives the same
+    bits."""
+    made_on = []
+    make = dispatch.private_stream
+    monkeypatch.setattr(dispatch, "private_stream", lambda i: made_on.append(i) or make(i))
     inputs = make_inputs((256, 32768), torch.bfloat16, "cpu", seed=5)
-    results = [_call(inputs, index, 0, index == 0) for _ in range(2)]
+    with dispatch.tuning(tmp_path / "tuned.json") as table:
+        results = [_call(inputs, index, 0, index == 0) for _ in range(2)]
     _assert_matches_oracle(inputs, results[0])
     for name, tensor in results[1].items():
-        _assert_same_bits(name, tensor, results[0][name], f"second autotuned call on cuda:{index}")
-    assert launch._TUNED and all(key[-1] == index for key in launch._TUNED), list(launch._TUNED)
-    assert launch._MEASURED_PATH, "the first call measured no paths"
-    assert all(key[-2] == index for key in launch._MEASURED_PATH), list(launch._MEASURED_PATH)
+        _assert_same_bits(name, tensor, results[0][name], f"second tuned call on cuda:{index}")
+    assert made_on and set(made_on) == {index}, made_on
+    assert {e.key.direction for e in table.entries()} == {"fwd", "bwd"}, table.entries()
 
 
 def test_the_path_cases_name_real_paths():
