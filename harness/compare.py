@@ -450,7 +450,8 @@ def _duration(seconds: float) -> str:
 def _measure(args, on_cuda: bool):
     from harness import provenance as prov
     from harness import results, shapes
-    from harness.run import DTYPES, RunConfig, run
+    from harness.calls import DTYPES
+    from harness.run import RunConfig, run
     from impls import select_backends
 
     presets = args.preset or ([] if args.shape else ["seed"] if on_cuda else ["cpu"])

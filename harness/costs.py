@@ -153,7 +153,7 @@ def _rows_call(backend, fn, inputs, mode: str) -> Callable[[int], torch.Tensor]:
 
 def measure(backend, fn, shape, dtype, inputs, config) -> dict:
     """The in-process cost columns config.costs asks for, per mode: {mode: {column: value}}."""
-    from harness.run import _backward_call, _error_text, _forward_calls
+    from harness.calls import backward_call, error_text, forward_calls
 
     out: dict[str, dict] = {}
     modes = [m for m in config.modes if m == "fwd" or backend.has_backward]
@@ -162,19 +162,19 @@ def measure(backend, fn, shape, dtype, inputs, config) -> dict:
         columns: dict = {}
         if "host_us" in config.costs and on_cuda:
             try:
-                forwards, leaves = _forward_calls(backend, fn, [inputs])
+                forwards, leaves = forward_calls(backend, fn, [inputs])
                 call = forwards[0]
                 if mode == "bwd":
-                    call = _backward_call(backend, forwards[0](), leaves[0], inputs)
+                    call = backward_call(backend, forwards[0](), leaves[0], inputs)
                 columns.update(host_us_busy(call))
             except Exception as exc:
-                columns["host_us_error"] = _error_text(exc)
+                columns["host_us_error"] = error_text(exc)
         if "batch_invariance" in config.costs:
             try:
                 columns.update(batch_invariance(_rows_call(backend, fn, inputs, mode),
                                                 inputs.x.shape[0]))  # fmt: skip
             except Exception as exc:
-                columns["batch_error"] = _error_text(exc)
+                columns["batch_error"] = error_text(exc)
         out[mode] = columns
     return out
 
@@ -277,8 +277,8 @@ def _timed_first_and_steady(call: Callable[[], object]) -> tuple[object, float, 
 
 def worker(backend_name: str, dtype_name: str, labels: Sequence[str]) -> dict:
     """One fresh process's first calls: per case, fwd then bwd (what the parent compares)."""
+    from harness.calls import DTYPES
     from harness.layouts import make_case_inputs
-    from harness.run import DTYPES
     from harness.shapes import parse_shape
     from impls import get_backend
 

@@ -136,8 +136,8 @@ def child(backend_name: str, dtype_name: str, plan_: list[dict], errors_path: Pa
     """Under ncu: warm every call up, then profile marker i + call i for each measurement."""
     import torch
 
+    from harness.calls import DTYPES, backward_call, forward_calls
     from harness.layouts import make_case_inputs
-    from harness.run import DTYPES, _backward_call, _forward_calls
     from harness.shapes import parse_shape
     from impls import get_backend
 
@@ -153,10 +153,10 @@ def child(backend_name: str, dtype_name: str, plan_: list[dict], errors_path: Pa
             shape = parse_shape(p["shape"])
             inputs = make_case_inputs(shape, DTYPES[dtype_name], "cuda", seed=77,
                                       with_residual=backend.op == "add_rmsnorm")  # fmt: skip
-            forwards, leaves = _forward_calls(backend, fn, [inputs])
+            forwards, leaves = forward_calls(backend, fn, [inputs])
             call = forwards[0]
             if p["mode"] == "bwd":
-                call = _backward_call(backend, forwards[0](), leaves[0], inputs)
+                call = backward_call(backend, forwards[0](), leaves[0], inputs)
             for _ in range(3):
                 call()
             torch.cuda.synchronize()
@@ -180,8 +180,8 @@ def child(backend_name: str, dtype_name: str, plan_: list[dict], errors_path: Pa
 def measure_backend(backend, shapes: list[str], modes: list[str], dtype: str, ncu: str,
                     workdir: Path) -> list[dict]:  # fmt: skip
     """Profile one backend's calls in one ncu process; records for each measurement."""
+    from harness.calls import DTYPES
     from harness.layouts import case_dims
-    from harness.run import DTYPES
     from harness.shapes import parse_shape
 
     modes = [m for m in modes if m == "fwd" or backend.has_backward]

@@ -48,13 +48,13 @@ def _device_us(backend, fn, mode: str, inputs) -> float:
 
 def _variants(backend, fn, inputs):
     """(label, mode, call) triples: the public call in both modes, plus our kernel's split."""
-    from harness.run import _backward_call, _forward_calls
+    from harness.calls import backward_call, forward_calls
 
-    forwards, leaves = _forward_calls(backend, fn, [inputs])
+    forwards, leaves = forward_calls(backend, fn, [inputs])
     forward = forwards[0]
     yield backend.name, "fwd", forward
     if backend.has_backward:
-        yield backend.name, "bwd", _backward_call(backend, forward(), leaves[0], inputs)
+        yield backend.name, "bwd", backward_call(backend, forward(), leaves[0], inputs)
     if backend.role == "ours" and backend.op == "rmsnorm":
         from impls.triton_rmsnorm import launch, rmsnorm
 
@@ -69,7 +69,7 @@ def _variants(backend, fn, inputs):
         # A/B in the same process: the same calls with replays off (launch.py, "replays")
         yield "triton (replays off)", "fwd", _without_replays(launch, forward)
         if backend.has_backward:
-            backward = _backward_call(backend, forward(), leaves[0], inputs)
+            backward = backward_call(backend, forward(), leaves[0], inputs)
             yield "triton (replays off)", "bwd", _without_replays(launch, backward)
 
 

@@ -17,17 +17,16 @@ from dataclasses import dataclass
 import torch
 
 from harness import traffic
+from harness.calls import DTYPE_NAMES, backward_call, error_text, forward_calls
 from harness.checks import QUANTITIES, CheckResult, check_backend
 from harness.inputs import DEFAULT_EPS, Inputs
-from harness.layouts import case_dims, make_case_inputs, private_copy
+from harness.layouts import case_dims, make_case_inputs
 from harness.oracle import reference
 from harness.shapes import HeadView, shape_label
 from impls import Backend
 
 MODES = ("fwd", "bwd")
 TIMINGS = ("host", "device")
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 #: A bandwidth more than this factor above the measured copy ceiling is flagged as suspect.
 SUSPECT_ABOVE_CEILING = 1.05
@@ -54,11 +53,6 @@ def _on_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _error_text(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
-
-
 def _sets(shape, dtype: torch.dtype, eps: float, with_residual: bool) -> list[Inputs]:
     """Input sets for one case: enough distinct ones on CUDA to exceed 3x the L2 per graph."""
     device = "cuda" if _on_cuda() else "cpu"
@@ -76,52 +70,16 @@ def _sets(shape, dtype: torch.dtype, eps: float, with_residual: bool) -> list[In
     ]
 
 
-def _leaf(t: torch.Tensor, grad: bool = True, copy: bool = False) -> torch.Tensor:
-    """t as a leaf (needing a gradient when the backend has a backward); a private copy for
-    in-place backends, so the shared input sets never change."""
-    t = private_copy(t) if copy else t.detach()
-    return t.requires_grad_(grad)
-
-
-def _forward_calls(backend: Backend, fn, sets: list[Inputs]) -> tuple[list, list]:
-    """One zero-argument forward call per input set, and the leaves each call differentiates.
-
-    A forward-only backend gets leaves without gradients (an in-place op may not write into a
-    leaf that needs one); an in-place backend gets copies of x and r of its own, which its calls
-    overwrite over and over (the bytes moved per call stay the same)."""
-    grad = backend.has_backward
-    w = _leaf(sets[0].weight, grad)
-    eps = sets[0].eps
-    calls, leaves = [], []
-    for s in sets:
-        x = _leaf(s.x, grad, backend.in_place)
-        if backend.op == "add_rmsnorm":
-            r = _leaf(s.residual, grad, backend.in_place)
-            calls.append(lambda x=x, r=r: fn(x, r, w, eps))
-            leaves.append((x, r, w))
-        else:
-            calls.append(lambda x=x: fn(x, w, eps))
-            leaves.append((x, w))
-    return calls, leaves
-
-
-def _backward_call(backend: Backend, outputs, leaves, s: Inputs):
-    """A zero-argument backward through ``outputs`` (kept: retain_graph), no accumulation."""
-    if backend.op == "add_rmsnorm":
-        return lambda: torch.autograd.grad(outputs, leaves, (s.dy, s.dh), retain_graph=True)
-    return lambda: torch.autograd.grad(outputs, leaves, s.dy, retain_graph=True)
-
-
 def _time_mode(backend: Backend, fn, mode: str, timing: str, sets: list[Inputs]):
     """One timing of one mode; raises on failure (the caller records it)."""
     from harness import timing as timers
 
-    forwards, leaves = _forward_calls(backend, fn, sets)
+    forwards, leaves = forward_calls(backend, fn, sets)
     if not _on_cuda() or timing == "host":
         timer = timers.time_host if _on_cuda() else timers.time_cpu
         if mode == "fwd":
             return timer(forwards[0])
-        return timer(_backward_call(backend, forwards[0](), leaves[0], sets[0]))
+        return timer(backward_call(backend, forwards[0](), leaves[0], sets[0]))
     stream = torch.cuda.Stream()
     if mode == "fwd":
         calls = forwards
@@ -130,7 +88,7 @@ def _time_mode(backend: Backend, fn, mode: str, timing: str, sets: list[Inputs])
         with torch.cuda.stream(stream):  # autograd replays each backward op on its forward's stream
             outputs = [forward() for forward in forwards]
         calls = [
-            _backward_call(backend, out, leaf, s)
+            backward_call(backend, out, leaf, s)
             for out, leaf, s in zip(outputs, leaves, sets, strict=True)
         ]
     timers.warm_up(calls, stream)
@@ -211,7 +169,7 @@ def run(
             )
         except Exception as exc:  # out of memory for this shape: record it, go on
             progress(f"  {shape_label(shape)} {DTYPE_NAMES[dtype]}: cannot make inputs: "
-                     f"{_error_text(exc)}")  # fmt: skip
+                     f"{error_text(exc)}")  # fmt: skip
             _free()
             continue
         floors = {}
@@ -219,7 +177,7 @@ def run(
             try:
                 floors[timing] = _floor(shape, dtype, timing, sets)
             except Exception as exc:
-                progress(f"  copy floor {timing} failed: {_error_text(exc)}")
+                progress(f"  copy floor {timing} failed: {error_text(exc)}")
                 floors[timing] = None
         for backend in config.backends:
             done += 1
@@ -292,7 +250,7 @@ def _launch_configs(backend: Backend) -> dict | None:
     try:
         return backend.launch_configs()
     except Exception as exc:  # a record, never a reason to lose the row
-        return {"error": _error_text(exc)}
+        return {"error": error_text(exc)}
 
 
 def _backend_rows(backend, shape, dtype, device, sets, ref, floors, config):
@@ -307,7 +265,7 @@ def _backend_rows(backend, shape, dtype, device, sets, ref, floors, config):
             fn = backend.build()
             check = check_backend(backend, fn, sets[0], ref=ref)
         except Exception as exc:
-            reason = f"error: {_error_text(exc)}"
+            reason = f"error: {error_text(exc)}"
         # the check's launches: what "check" rows record; each timed row records its own
         check_launch = _launch_configs(backend)
     if reason is None and config.costs:
@@ -343,7 +301,7 @@ def _backend_rows(backend, shape, dtype, device, sets, ref, floors, config):
             except Exception as exc:
                 _recover()
                 _launch_configs(backend)  # not this row's: the next row records its own
-                yield {**row, "status": "error", "reason": _error_text(exc)}
+                yield {**row, "status": "error", "reason": error_text(exc)}
                 continue
             yield {**row, "status": "ok", "reason": None, "ms": t.ms, "p20": t.p20, "p80": t.p80,
                    "launch": _launch_configs(backend)}  # fmt: skip

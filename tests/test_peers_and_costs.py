@@ -178,12 +178,12 @@ def test_in_place_backend_gets_copies_and_passes():
 
 
 def test_in_place_forward_calls_use_private_buffers():
-    from harness.run import _forward_calls
+    from harness.calls import forward_calls
 
     backend = _fake("fake-inplace", _inplace_add, op="add_rmsnorm", in_place=True)
     inputs = make_inputs((4, 32), torch.float16, "cpu", seed=6, with_residual=True)
     x0 = inputs.x.clone()
-    calls, leaves = _forward_calls(backend, _inplace_add, [inputs])
+    calls, leaves = forward_calls(backend, _inplace_add, [inputs])
     calls[0]()
     assert torch.equal(inputs.x, x0) and not torch.equal(leaves[0][0], x0)
     assert not leaves[0][0].requires_grad  # forward-only: no leaf needs a gradient
@@ -436,11 +436,11 @@ def test_new_backend_passes_the_oracle_on_gpu(name, shape, dtype):
 
 @_GPU
 def test_host_us_and_first_call_on_gpu():
-    from harness.run import _forward_calls
+    from harness.calls import forward_calls
 
     backend = get_backend("eager")
     inputs = make_inputs((16, 4096), torch.bfloat16, "cuda", seed=12)
-    calls, _ = _forward_calls(backend, backend.build(), [inputs])
+    calls, _ = forward_calls(backend, backend.build(), [inputs])
     got = costs.host_us_busy(calls[0])
     assert got["host_us"] > 0 and got["host_us_gpu_caught_up"] == 0
     first = costs.first_call_costs("eager", [(16, 4096)], "bf16")
