@@ -6,7 +6,7 @@ program 2-27% faster at 4 warps over 64-132 partial rows (e.g. [132, 32768] 8.1 
 
 The product's backward (launch._backward_launches: the tuned main kernel, then the reduction)
 at every single-tile shape of the seed, narrow, large and odd presets and N = 16384, bf16, with
-launch.DW_REDUCE_WARPS at 8 (the product) and at 4, device-only (the tuner's timer: CUDA graphs
+backward_launch.DW_REDUCE_WARPS at 8 (the product) and at 4, device-only (the tuner's timer: CUDA graphs
 over rotating inputs), best of three interleaved passes; whether dw is equal bit for bit
 is printed (it was not at 12 of the 24 shapes, `...-0eb2df0e87cf-dw-reduce-warps-backward-ab.txt`:
 the tile's sum over its rows is a tree whose order follows the warps' layout, so its last bits
@@ -30,7 +30,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 from ab_timing import time_runs  # noqa: E402
 
-from impls.triton_rmsnorm import launch, tuning  # noqa: E402
+from impls.triton_rmsnorm import backward_launch, launch, tuning  # noqa: E402
 
 SHAPES = [(m, n) for n in (2048, 4096, 8192) for m in (512, 1024, 2048, 4096)]
 SHAPES += [(262144, 128), (65536, 512), (32768, 1024), (32768, 4096), (16384, 8192),
@@ -42,18 +42,20 @@ WARPS = (8, 4)
 def _backward(warps):
     def run(a):
         dy, x, w, rstd, dx, dw = a
-        launch.DW_REDUCE_WARPS = warps
+        backward_launch.DW_REDUCE_WARPS = warps
         try:
             launch._backward_launches(dy, x, w, rstd, 0.0, dx, dy, False, dw)
         finally:
-            launch.DW_REDUCE_WARPS = WARPS[0]
+            backward_launch.DW_REDUCE_WARPS = WARPS[0]
 
     return run
 
 
 def main(out_path: str) -> None:
-    if WARPS[0] != launch.DW_REDUCE_WARPS:
-        raise RuntimeError(f"the product's DW_REDUCE_WARPS is {launch.DW_REDUCE_WARPS}, not 8")
+    if WARPS[0] != backward_launch.DW_REDUCE_WARPS:
+        raise RuntimeError(
+            f"the product's DW_REDUCE_WARPS is {backward_launch.DW_REDUCE_WARPS}, not 8"
+        )
     stream = torch.cuda.Stream()
     l2 = tuning.l2_bytes(0)
     rows = []

@@ -5,7 +5,7 @@ That probe fitted the grouped backward's time against M: a cost a row at 86.9% o
 131072 columns and 88.5% at 262144 (75.4% at 1048576), but a fixed cost of 19.9, 21.4 and
 35.5 µs a call against the copy kernel's 2.1-2.8. At 512x131072 that is a sixth of the call
 (run 4: 74.5% of the copy). Here the product's grouped backward (launch._backward_held_group,
-called directly) whole, without its dw reduction (launch._reduce_partials replaced by nothing:
+called directly) whole, without its dw reduction (backward_launch._reduce_partials replaced by nothing:
 the exchange buffer's zeroing and the main kernel), the reduction alone over the same [groups,
 N] partials, and the zeroing alone, over M at each width; a least-squares line for each.
 
@@ -25,7 +25,7 @@ import torch
 from ab_timing import time_runs
 from grouped_fill_drain import _fit
 
-from impls.triton_rmsnorm import launch, tuning
+from impls.triton_rmsnorm import backward_launch, launch, tuning
 
 #: The configuration this probe measured (the only one before v28: 16384-column slices, 1 an SM);
 #: a second argument picks another of launch.HELD_GROUP_BACKWARDS by index (0: v28's 8192-column
@@ -50,16 +50,16 @@ def _whole(a):
 
 
 def _without_reduction(a):
-    kept = launch._reduce_partials
-    launch._reduce_partials = lambda partial, dw: None
+    kept = backward_launch._reduce_partials
+    backward_launch._reduce_partials = lambda partial, dw: None
     try:
         _whole(a)
     finally:
-        launch._reduce_partials = kept
+        backward_launch._reduce_partials = kept
 
 
 def _reduction(a):
-    launch._reduce_partials(a[6], a[5])
+    backward_launch._reduce_partials(a[6], a[5])
 
 
 def _zeroing(a):
@@ -93,7 +93,7 @@ def main(out_path: str) -> None:
             if OWN_SETS:
                 times = time_runs({k: runs[k] for k in ("whole", "without reduction")}, arg_sets,
                                   stream)  # fmt: skip
-                alone = {"reduction alone": (lambda a: launch._reduce_partials(a[0], a[1]),
+                alone = {"reduction alone": (lambda a: backward_launch._reduce_partials(a[0], a[1]),
                                              (partial, dw)),
                          "zeroing alone": (lambda a: a[0].zero_(), (sums,))}  # fmt: skip
                 for name, (run, small) in alone.items():

@@ -8,7 +8,7 @@ while the held row's backward (no exchange) moved by under 1%: a cost of 3-5%, o
 machine spread. Here both kernels in one process: the current gluon_kernels against
 ef67b6007d7c's (its file given as the second argument, e.g. from
 `git show ef67b6007d7c:impls/triton_rmsnorm/gluon_kernels.py`), each launched through the
-product's launcher (launch.gluon_kernels swapped for the call). Whole backward (zeroing, kernel,
+product's launcher (held_paths.gluon_kernels swapped for the call). Whole backward (zeroing, kernel,
 dw reduction) and forward, device-only, the tuner's timer, best of two interleaved passes; the
 outputs compared bit for bit (the same sums in the same order).
 
@@ -26,7 +26,7 @@ import sys
 import torch
 from ab_timing import time_runs
 
-from impls.triton_rmsnorm import gluon_kernels, launch, tuning
+from impls.triton_rmsnorm import gluon_kernels, held_paths, launch, tuning
 
 BACKWARD = [(1024, 65536), (512, 131072), (256, 262144), (64, 1048576)]
 FORWARD = [(512, 131072), (256, 262144), (64, 1048576)]
@@ -43,12 +43,12 @@ def _load(path: str):
 
 def _with(module, call):
     def run(a):
-        kept = launch.gluon_kernels
-        launch.gluon_kernels = module
+        kept = held_paths.gluon_kernels
+        held_paths.gluon_kernels = module
         try:
             call(a)
         finally:
-            launch.gluon_kernels = kept
+            held_paths.gluon_kernels = kept
 
     return run
 

@@ -35,7 +35,7 @@ import torch
 from ab_timing import time_runs
 
 from harness.ceiling import triton_copy
-from impls.triton_rmsnorm import gluon_kernels, launch, tuning
+from impls.triton_rmsnorm import gluon_kernels, held_paths, launch, tuning
 
 SHAPES = [
     (512, 131072, torch.bfloat16),
@@ -93,14 +93,14 @@ def _variant_module(name: str, substitutions, folder: str):
 def _forward(module, config):
     def run(a):
         x, w, y, rstd = a[:4]
-        kept = launch.gluon_kernels
-        launch.gluon_kernels = module
+        kept = held_paths.gluon_kernels
+        held_paths.gluon_kernels = module
         try:
             strides = (x.stride(0), y.stride(0), x.stride(0), x.stride(0))
             launch._forward_held_group(x, w, y, rstd, x, x, strides, 1e-6, 0.0, False,
                                        config=config)  # fmt: skip
         finally:
-            launch.gluon_kernels = kept
+            held_paths.gluon_kernels = kept
 
     return run
 

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from harness import timing
-from impls.triton_rmsnorm import kernels, launch, tuning
+from impls.triton_rmsnorm import backward_launch, kernel_launch, kernels, launch, tuning
 
 
 @triton.jit
@@ -123,7 +123,7 @@ def forward(m, n, sms, stream) -> dict:
     ]  # fmt: skip
     res = {}
     if n <= launch.SINGLE_TILE_MAX_N:
-        launch._TUNED.clear()
+        kernel_launch._TUNED.clear()
         res["single"] = device_us([single_tile_call(x, w) for x, w in inputs], stream)
         res["single_cfg"] = launch.take_launch_configs()
     for name, kernel in (("looped", kernels.rmsnorm_fwd_looped_kernel), ("hint", looped_hint)):
@@ -143,7 +143,7 @@ def backward(m, n, stream) -> dict:
         inputs.append((x, w, torch.randn_like(x), torch.rsqrt(x.float().pow(2).mean(1) + 1e-6)))
     res = {}
     for label, rows, block_n, warps in REDUCTIONS:
-        launch.DW_REDUCE_MAX_ROWS, launch.DW_REDUCE_BLOCK_N, launch.DW_REDUCE_WARPS = (
+        backward_launch.DW_REDUCE_MAX_ROWS, backward_launch.DW_REDUCE_BLOCK_N, backward_launch.DW_REDUCE_WARPS = (
             rows, block_n, warps
         )  # fmt: skip
         res[label] = device_us([backward_call(*args) for args in inputs], stream)

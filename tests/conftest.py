@@ -74,9 +74,9 @@ def _fresh_replays(monkeypatch):
     """Each test starts with no recorded replays (impls/triton_rmsnorm/launch.py): a signature
     recorded by an earlier test (say, untuned) must not stand in for the path a test means to
     run (say, the autotuned one). Within a test, a signature's later calls replay as usual."""
-    from impls.triton_rmsnorm import launch
+    from impls.triton_rmsnorm import replays
 
-    monkeypatch.setattr(launch, "_REPLAYS", {})
+    monkeypatch.setattr(replays, "_REPLAYS", {})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

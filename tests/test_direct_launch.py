@@ -12,7 +12,7 @@ import torch
 from harness.checks import check_backend
 from harness.inputs import make_inputs
 from impls import get_backend
-from impls.triton_rmsnorm import direct, dispatch, launch, rmsnorm
+from impls.triton_rmsnorm import direct, dispatch, kernel_launch, launch, replays, rmsnorm
 from tests.conftest import DEVICE, ON_GPU
 
 INTS = [0, 1, 2, 15, 16, 17, 32, 48, -1, -16, 2**31 - 1, 2**31, 2**31 + 16, 2**32, 2**63]
@@ -312,7 +312,7 @@ def test_replays_after_tuning(monkeypatch):
     """Tuning on (dispatch.tuning), the first call tunes and launches the tuned configuration,
     recording nothing; the second records the entry's launches and the later two replay them,
     all with the first call's bits."""
-    monkeypatch.setattr(launch, "_TUNED", {})
+    monkeypatch.setattr(kernel_launch, "_TUNED", {})
     x = torch.randn(384, 2048, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
     w = torch.randn(2048, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn_like(x)
@@ -323,9 +323,9 @@ def test_replays_after_tuning(monkeypatch):
             y = rmsnorm(x, w)
             results.append((y, *torch.autograd.grad(y, (x, w), dy)))
             if call == 0:
-                tuned = dict(launch._TUNED)
+                tuned = dict(kernel_launch._TUNED)
                 assert tuned and len(table) == 2, "the first call did not tune"
-                assert not launch._REPLAYS
+                assert not replays._REPLAYS
                 launch.take_launch_configs()  # the first call's measured paths: every candidate
     for later in results[1:]:
         assert all(torch.equal(a, b) for a, b in zip(results[0], later, strict=True))

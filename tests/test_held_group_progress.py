@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from harness.oracle import compare, reference
-from impls.triton_rmsnorm import launch
+from impls.triton_rmsnorm import held_launch, launch
 from tests import held_group_scenarios as scenarios
 from tests.test_held_row_backward import ON_NVIDIA_GPU
 from tests.test_triton_features import TOL
@@ -119,8 +119,8 @@ def test_fallback_gives_the_exchanges_bits(monkeypatch, case, spin_limit):
     claims without waiting for its group)."""
     call = scenarios.call_of(case)
     exchanged = [t.clone() for t in call()]
-    monkeypatch.setattr(launch, "HELD_GROUP_SPIN_LIMIT", spin_limit)
-    monkeypatch.setattr(launch, "HELD_GROUP_TAG_OFFSET", 1)
+    monkeypatch.setattr(held_launch, "HELD_GROUP_SPIN_LIMIT", spin_limit)
+    monkeypatch.setattr(held_launch, "HELD_GROUP_TAG_OFFSET", 1)
     fallen_back = call()
     for a, b in zip(fallen_back, exchanged, strict=True):
         assert torch.equal(a, b), (a - b).abs().max()

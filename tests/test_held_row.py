@@ -11,7 +11,7 @@ import torch
 
 from harness.inputs import make_inputs
 from harness.oracle import compare, reference
-from impls.triton_rmsnorm import launch
+from impls.triton_rmsnorm import common, held_launch, held_paths, launch
 from tests import sm90_compile
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
@@ -26,8 +26,8 @@ WIDEST = launch.HELD_ROW_MAX_N
 needs_held_row_gpu = pytest.mark.skipif(
     not (
         ON_NVIDIA_GPU
-        and launch.gluon_kernels is not None
-        and launch._held_row_fits_device(torch.device("cuda"), WIDEST)
+        and held_paths.gluon_kernels is not None
+        and held_paths._held_row_fits_device(torch.device("cuda"), WIDEST)
     ),
     reason="the held-row forward needs an NVIDIA GPU with 196 KB of shared memory a program and "
     "a Triton with Gluon",
@@ -38,8 +38,8 @@ def test_launch_offers_it_for_aligned_16_bit_rows_past_the_single_tile(monkeypat
     """The decision, with the device's part (shared memory, NVIDIA, not the interpreter) taken
     as given: 16-bit, SINGLE_TILE_MAX_N < N <= HELD_ROW_MAX_N, N a multiple of 8, rows of x and
     y 16-byte aligned, no residual, Gluon present."""
-    monkeypatch.setattr(launch, "_inline_ptx_runs", lambda: True)
-    monkeypatch.setattr(launch, "_held_row_fits_device", lambda device, n: True)
+    monkeypatch.setattr(common, "_inline_ptx_runs", lambda: True)
+    monkeypatch.setattr(held_paths, "_held_row_fits_device", lambda device, n: True)
     bf16 = torch.bfloat16
 
     def offered(n, dtype=bf16, has_residual=False, width=None, start=0):
@@ -57,7 +57,7 @@ def test_launch_offers_it_for_aligned_16_bit_rows_past_the_single_tile(monkeypat
     assert not offered(WIDEST - 4)  # copies move 8 elements at a time
     assert not offered(WIDEST - 32, width=WIDEST + 8)  # rows not 16-byte aligned
     assert not offered(WIDEST - 32, width=WIDEST, start=4)  # x's data 8 bytes off a 16-byte line
-    monkeypatch.setattr(launch, "gluon_kernels", None)
+    monkeypatch.setattr(held_paths, "gluon_kernels", None)
     assert not offered(WIDEST)
 
 
@@ -65,7 +65,7 @@ def test_device_part_of_the_decision(monkeypatch):
     """Compute capability 9.0 or later, and the shared memory its buffers need: 2 buffers up to
     98304 columns (131 KB), 3 beyond (196 KB)."""
     cuda = torch.device("cuda", 0)
-    assert not launch._held_row_fits_device(torch.device("cpu"), WIDEST)
+    assert not held_paths._held_row_fits_device(torch.device("cpu"), WIDEST)
     for capability, shared, n, fits in [
         ((9, 0), 232448, WIDEST, True),
         ((9, 0), 166912, WIDEST, False),
@@ -73,8 +73,8 @@ def test_device_part_of_the_decision(monkeypatch):
         ((8, 0), 232448, 98304, False),
     ]:
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index, c=capability: c)
-        monkeypatch.setattr(launch, "_shared_bytes_per_block", lambda index, s=shared: s)
-        assert launch._held_row_fits_device(cuda, n) is fits, (capability, shared, n)
+        monkeypatch.setattr(common, "_shared_bytes_per_block", lambda index, s=shared: s)
+        assert held_paths._held_row_fits_device(cuda, n) is fits, (capability, shared, n)
 
 
 def _offered_forward_paths(monkeypatch, n: int, **decisions) -> list:
@@ -112,7 +112,7 @@ def test_held_row_kernel_compiles_for_sm90():
     pytest.importorskip(
         "triton.backends.nvidia.compiler", reason="Triton without its NVIDIA backend"
     )
-    if launch.gluon_kernels is None:
+    if held_paths.gluon_kernels is None:
         pytest.skip("this Triton has no Gluon")
     cases = [{"kernel": "held_row", "warps": launch.HELD_ROW_WARPS, **case}
              for case, _ in _COMPILED_CASES]  # fmt: skip
@@ -160,7 +160,7 @@ def test_held_row_forward_with_strided_rows(monkeypatch):
 # ---- rows wider than one SM holds: a group of programs a row ---------------------------------
 
 GROUPED = 2 * WIDEST
-CONFIGS = launch.HELD_GROUP_FORWARDS
+CONFIGS = held_paths.HELD_GROUP_FORWARDS
 CONFIG_IDS = [f"{c.slice_n}-column slices" for c in CONFIGS]
 
 
@@ -168,8 +168,8 @@ def test_launch_offers_the_group_past_the_single_tile(monkeypatch):
     """Past SINGLE_TILE_MAX_N (beside the held row up to HELD_ROW_MAX_N): 16-bit x and w, N a
     multiple of 8, x's and y's rows and w on 16 bytes, no residual, Gluon present; every
     configuration the device fits (here all: the device's part taken as given)."""
-    monkeypatch.setattr(launch, "_inline_ptx_runs", lambda: True)
-    monkeypatch.setattr(launch, "_held_group_forward_fits_device", lambda device, n, c: True)
+    monkeypatch.setattr(common, "_inline_ptx_runs", lambda: True)
+    monkeypatch.setattr(held_paths, "_held_group_forward_fits_device", lambda device, n, c: True)
     bf16 = torch.bfloat16
 
     def offered(n, dtype=bf16, w_dtype=bf16, has_residual=False, width=None, start=0, w_start=0):
@@ -192,16 +192,16 @@ def test_launch_offers_the_group_past_the_single_tile(monkeypatch):
     assert not offered(GROUPED - 64, width=GROUPED + 8)  # rows not 16-byte aligned
     assert not offered(GROUPED - 64, width=GROUPED, start=4)  # x's data 8 bytes off
     assert not offered(GROUPED - 64, w_start=4)  # w's 8 bytes off
-    monkeypatch.setattr(launch, "gluon_kernels", None)
+    monkeypatch.setattr(held_paths, "gluon_kernels", None)
     assert not offered(GROUPED)
 
 
 def test_launch_offers_the_configurations_the_device_fits(monkeypatch):
     """Each configuration on its own: one the device does not fit is left out."""
-    monkeypatch.setattr(launch, "_inline_ptx_runs", lambda: True)
+    monkeypatch.setattr(common, "_inline_ptx_runs", lambda: True)
     x = torch.zeros(2, GROUPED, dtype=torch.bfloat16)
     for fitting in CONFIGS:
-        monkeypatch.setattr(launch, "_held_group_forward_fits_device",
+        monkeypatch.setattr(held_paths, "_held_group_forward_fits_device",
                             lambda device, n, c, fitting=fitting: c == fitting)  # fmt: skip
         assert launch.held_group_forwards(x, x, x[0], False) == (fitting,)
 
@@ -211,9 +211,9 @@ def test_device_part_of_the_group_forward_decision(monkeypatch, config):
     """Compute capability 9.0 or later, the shared memory of a program (its ring slots and w's
     slice, with the scratch), and a program slot for every slice of a row at up to the
     configuration's programs an SM (as many as the SM's shared memory holds)."""
-    assert not launch._held_group_forward_fits_device(torch.device("cpu"), GROUPED, config)
+    assert not held_paths._held_group_forward_fits_device(torch.device("cpu"), GROUPED, config)
     cuda = torch.device("cuda", 0)
-    monkeypatch.setattr(launch, "_sm_count", lambda index: 132)
+    monkeypatch.setattr(common, "_sm_count", lambda index: 132)
     shared = launch._held_group_forward_shared_bytes(config)
     assert shared == (config.ring + 1) * config.slice_n * 2 + launch.HELD_ROW_SCRATCH_BYTES
     every_slot = config.per_sm * 132 * config.slice_n
@@ -227,10 +227,10 @@ def test_device_part_of_the_group_forward_decision(monkeypatch, config):
         ((8, 0), 232448, config.per_sm, GROUPED, False),
     ]:
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index, c=capability: c)
-        monkeypatch.setattr(launch, "_shared_bytes_per_block", lambda index, s=block: s)
-        monkeypatch.setattr(launch, "_held_group_forward_programs_per_sm",
+        monkeypatch.setattr(common, "_shared_bytes_per_block", lambda index, s=block: s)
+        monkeypatch.setattr(held_paths, "_held_group_forward_programs_per_sm",
                             lambda i, c, p=per_sm: p)  # fmt: skip
-        assert launch._held_group_forward_fits_device(cuda, n, config) is fits, (block, n)
+        assert held_paths._held_group_forward_fits_device(cuda, n, config) is fits, (block, n)
 
 
 def test_programs_an_sm_follow_its_shared_memory(monkeypatch):
@@ -243,15 +243,15 @@ def test_programs_an_sm_follow_its_shared_memory(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Props())
 
     def per_sm() -> list[int]:
-        launch._held_group_forward_programs_per_sm.cache_clear()
-        return [launch._held_group_forward_programs_per_sm(0, c) for c in CONFIGS]
+        held_paths._held_group_forward_programs_per_sm.cache_clear()
+        return [held_paths._held_group_forward_programs_per_sm(0, c) for c in CONFIGS]
 
     try:
         assert per_sm() == [6, 4]
         Props.shared_memory_per_multiprocessor = 167936  # 164 KB: the A100's
         assert per_sm() == [4, 3]
     finally:
-        launch._held_group_forward_programs_per_sm.cache_clear()
+        held_paths._held_group_forward_programs_per_sm.cache_clear()
 
 
 @pytest.mark.parametrize("n", [GROUPED, WIDEST], ids=["past the held row", "beside it"])
@@ -278,7 +278,7 @@ def test_held_group_forward_compiles_for_sm90():
     pytest.importorskip(
         "triton.backends.nvidia.compiler", reason="Triton without its NVIDIA backend"
     )
-    if launch.gluon_kernels is None:
+    if held_paths.gluon_kernels is None:
         pytest.skip("this Triton has no Gluon")
     assert [(c.slice_n, c.ring, c.warps) for c in CONFIGS] == [(4096, 3, 4), (8192, 2, 8)]
     widths = (("bf16", GROUPED), ("fp16", launch.SINGLE_TILE_MAX_N + 16),
@@ -303,15 +303,15 @@ def _force_group(monkeypatch, config) -> None:
     """The grouped forward in this configuration the only path offered."""
     monkeypatch.setattr(launch, "_forward_paths", lambda m, n, device: [])
     monkeypatch.setattr(launch, "forward_holds_row_on_chip", lambda *args: False)
-    monkeypatch.setattr(launch, "HELD_GROUP_FORWARDS", (config,))
+    monkeypatch.setattr(held_paths, "HELD_GROUP_FORWARDS", (config,))
 
 
 needs_group_gpu = pytest.mark.skipif(
     not (
         ON_NVIDIA_GPU
-        and launch.gluon_kernels is not None
+        and held_paths.gluon_kernels is not None
         and all(
-            launch._held_group_forward_fits_device(torch.device("cuda"), GROUPED, c)
+            held_paths._held_group_forward_fits_device(torch.device("cuda"), GROUPED, c)
             for c in CONFIGS
         )
     ),
@@ -323,8 +323,8 @@ group_config = pytest.mark.parametrize("config", CONFIGS, ids=CONFIG_IDS)
 
 def _every_slot(config) -> int:
     """Columns whose slices fill every program slot of the GPU: one group, the whole grid."""
-    per_sm = launch._held_group_forward_programs_per_sm(0, config)
-    return per_sm * launch._sm_count(0) * config.slice_n
+    per_sm = held_paths._held_group_forward_programs_per_sm(0, config)
+    return per_sm * common._sm_count(0) * config.slice_n
 
 
 @needs_group_gpu
@@ -370,8 +370,8 @@ def test_held_group_forward_falls_back_on_every_row(monkeypatch, config, spin_li
     part). Either way y and rstd match the reference, and the
     exchange shows every program's sum on every row."""
     _force_group(monkeypatch, config)
-    monkeypatch.setattr(launch, "HELD_GROUP_SPIN_LIMIT", spin_limit)
-    monkeypatch.setattr(launch, "HELD_GROUP_TAG_OFFSET", tag_offset)
+    monkeypatch.setattr(held_launch, "HELD_GROUP_SPIN_LIMIT", spin_limit)
+    monkeypatch.setattr(held_launch, "HELD_GROUP_TAG_OFFSET", tag_offset)
     exchanges = record_exchanges(monkeypatch)
     inputs = make_inputs((300, GROUPED), torch.bfloat16, DEVICE)
     y, rstd, _ = launch.rmsnorm_forward(inputs.x, inputs.weight, 1e-5)

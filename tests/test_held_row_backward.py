@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from harness.inputs import make_inputs
-from impls.triton_rmsnorm import dispatch, launch
+from impls.triton_rmsnorm import backward_launch, common, dispatch, held_launch, held_paths, launch
 from tests import sm90_compile
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
@@ -24,7 +24,7 @@ HOPPER_SHARED = 232448
 needs_held_row_gpu = pytest.mark.skipif(
     not (
         ON_NVIDIA_GPU
-        and launch.gluon_kernels is not None
+        and held_paths.gluon_kernels is not None
         and torch.cuda.get_device_capability() >= (9, 0)
         and launch._held_backward_ring(WIDEST, torch.device("cuda")) > 0
     ),
@@ -44,8 +44,8 @@ def test_launch_offers_it_for_aligned_16_bit_rows_past_the_single_tile(monkeypat
         w = torch.zeros(n, dtype=w_dtype or x_dtype)
         return launch.backward_holds_row_on_chip(x, dy, w, dh)
 
-    monkeypatch.setattr(launch, "_inline_ptx_runs", lambda: True)
-    monkeypatch.setattr(launch, "_held_row_backward_fits_device", lambda device, n: True)
+    monkeypatch.setattr(common, "_inline_ptx_runs", lambda: True)
+    monkeypatch.setattr(held_paths, "_held_row_backward_fits_device", lambda device, n: True)
     assert offered(WIDEST) and offered(NARROWEST) and offered(WIDEST, fp16)
     assert offered(WIDEST, bf16, fp16, fp16)  # any 16-bit dtypes
     assert offered(WIDEST - 64, width=WIDEST)  # strided rows, aligned
@@ -66,14 +66,14 @@ def test_launch_offers_it_for_aligned_16_bit_rows_past_the_single_tile(monkeypat
     dy_rows_8_apart = torch.zeros(2, WIDEST + 8, dtype=bf16)[:, :WIDEST]
     assert not launch.backward_holds_row_on_chip(x, dy_rows_8_apart, w, None)
     assert launch.backward_holds_row_on_chip(x, x, w, None)
-    monkeypatch.setattr(launch, "gluon_kernels", None)
+    monkeypatch.setattr(held_paths, "gluon_kernels", None)
     assert not offered(WIDEST)
 
 
 def test_device_part_of_the_decision(monkeypatch):
     """A CUDA device of compute capability 9.0 or later whose shared memory takes w and at least
     a row's ring slots (16 KB of x and 16 KB of dy a slot); the ring takes the most that fit."""
-    assert not launch._held_row_backward_fits_device(torch.device("cpu"), WIDEST)
+    assert not held_paths._held_row_backward_fits_device(torch.device("cpu"), WIDEST)
     cuda = torch.device("cuda", 0)
     for capability, shared, n, ring, fits in [
         ((9, 0), HOPPER_SHARED, WIDEST, 4, True),  # 4 x 32 KB beside 64 KB of w
@@ -84,9 +84,9 @@ def test_device_part_of_the_decision(monkeypatch):
         ((8, 0), HOPPER_SHARED, WIDEST, 4, False),
     ]:
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index, c=capability: c)
-        monkeypatch.setattr(launch, "_shared_bytes_per_block", lambda index, s=shared: s)
+        monkeypatch.setattr(common, "_shared_bytes_per_block", lambda index, s=shared: s)
         assert launch._held_backward_ring(n, cuda) == ring, (shared, n)
-        assert launch._held_row_backward_fits_device(cuda, n) is fits, (capability, shared, n)
+        assert held_paths._held_row_backward_fits_device(cuda, n) is fits, (capability, shared, n)
 
 
 def test_backward_offers_it_beside_the_wide_path(monkeypatch):
@@ -114,8 +114,8 @@ def test_backward_measures_the_group_where_the_row_fills_its_slices(monkeypatch)
     bf16 = torch.bfloat16
     monkeypatch.setattr(launch, "backward_holds_row_on_chip", lambda *a: True)
     fits = {"group": True}
-    monkeypatch.setattr(launch, "_inline_ptx_runs", lambda: True)
-    monkeypatch.setattr(launch, "_held_group_fits_device", lambda device, n, c: fits["group"])
+    monkeypatch.setattr(common, "_inline_ptx_runs", lambda: True)
+    monkeypatch.setattr(held_paths, "_held_group_fits_device", lambda device, n, c: fits["group"])
     held = [launch._backward_wide, *launch._HELD_ROW_BACKWARDS]
 
     def offered(n):
@@ -155,7 +155,7 @@ def test_held_row_backward_compiles_for_sm90():
     pytest.importorskip(
         "triton.backends.nvidia.compiler", reason="Triton without its NVIDIA backend"
     )
-    if launch.gluon_kernels is None:
+    if held_paths.gluon_kernels is None:
         pytest.skip("this Triton has no Gluon")
     cases = [{"kernel": "held_row_bwd", "x": x, "block_n": n, "warps": warps, "extra": dh}
              for (x, n, warps, dh), _ in _COMPILED_CASES]  # fmt: skip
@@ -254,9 +254,9 @@ def test_launch_offers_the_group_past_the_held_row(monkeypatch):
     """Past HELD_BACKWARD_MAX_N, under the same conditions on the tensors as the held row, the
     grouped held row (and the wide path first)."""
     bf16 = torch.bfloat16
-    monkeypatch.setattr(launch, "_inline_ptx_runs", lambda: True)
-    monkeypatch.setattr(launch, "_held_row_backward_fits_device", lambda device, n: True)
-    monkeypatch.setattr(launch, "_held_group_fits_device", lambda device, n, c: True)
+    monkeypatch.setattr(common, "_inline_ptx_runs", lambda: True)
+    monkeypatch.setattr(held_paths, "_held_row_backward_fits_device", lambda device, n: True)
+    monkeypatch.setattr(held_paths, "_held_group_fits_device", lambda device, n, c: True)
 
     def offered(n, w_dtype=bf16, width=None):
         x = torch.zeros(2, width or n, dtype=bf16)[:, :n]
@@ -283,9 +283,9 @@ def test_device_part_of_the_group_decision(monkeypatch):
     holds two, as the H100's and H200's 228 KB do, else 1; the 16384-column one's 196 KB: 1), and
     no more slices in a row than SMs in either."""
     narrow, wide = launch.HELD_GROUP_BACKWARDS
-    assert not launch._held_group_fits_device(torch.device("cpu"), GROUPED, narrow)
+    assert not held_paths._held_group_fits_device(torch.device("cpu"), GROUPED, narrow)
     cuda = torch.device("cuda", 0)
-    monkeypatch.setattr(launch, "_sm_count", lambda index: 132)
+    monkeypatch.setattr(common, "_sm_count", lambda index: 132)
     for capability, per_block, per_sm, n, fits, programs in [
         ((9, 0), HOPPER_SHARED, 233472, GROUPED, True, 2),
         ((9, 0), HOPPER_SHARED, 233472, 132 * narrow.slice_n, True, 2),
@@ -295,15 +295,19 @@ def test_device_part_of_the_group_decision(monkeypatch):
         ((8, 0), HOPPER_SHARED, 233472, GROUPED, False, 2),
     ]:
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index, c=capability: c)
-        monkeypatch.setattr(launch, "_shared_bytes_per_block", lambda index, s=per_block: s)
-        monkeypatch.setattr(launch, "_shared_bytes_per_sm", lambda index, s=per_sm: s)
+        monkeypatch.setattr(common, "_shared_bytes_per_block", lambda index, s=per_block: s)
+        monkeypatch.setattr(common, "_shared_bytes_per_sm", lambda index, s=per_sm: s)
         launch._held_group_backward_programs_per_sm.cache_clear()
         assert launch._held_group_backward_programs_per_sm(0, narrow) == programs
-        assert launch._held_group_fits_device(cuda, n, narrow) is fits, (capability, per_block, n)
+        assert held_paths._held_group_fits_device(cuda, n, narrow) is fits, (
+            capability,
+            per_block,
+            n,
+        )
         if capability == (9, 0) and (per_block, per_sm) == (HOPPER_SHARED, 233472):
             assert launch._held_group_backward_programs_per_sm(0, wide) == 1
-            assert launch._held_group_fits_device(cuda, 132 * wide.slice_n, wide)
-            assert not launch._held_group_fits_device(cuda, 132 * wide.slice_n + 16, wide)
+            assert held_paths._held_group_fits_device(cuda, 132 * wide.slice_n, wide)
+            assert not held_paths._held_group_fits_device(cuda, 132 * wide.slice_n + 16, wide)
     launch._held_group_backward_programs_per_sm.cache_clear()
 
 
@@ -330,14 +334,16 @@ def test_the_grouped_launch_fits_its_programs_an_sm(monkeypatch, config_index, m
     each), and the exchange (a word a row and slice; counters, heads and links after it)."""
     config = launch.HELD_GROUP_BACKWARDS[config_index]
     sms = 132
-    monkeypatch.setattr(launch, "_sm_count", lambda index: sms)
-    monkeypatch.setattr(launch, "_programs_cap", lambda device: sms)
-    monkeypatch.setattr(launch, "_shared_bytes_per_block", lambda index: HOPPER_SHARED)
-    monkeypatch.setattr(launch, "_shared_bytes_per_sm", lambda index: 233472)
+    monkeypatch.setattr(common, "_sm_count", lambda index: sms)
+    monkeypatch.setattr(common, "_programs_cap", lambda device: sms)
+    monkeypatch.setattr(common, "_shared_bytes_per_block", lambda index: HOPPER_SHARED)
+    monkeypatch.setattr(common, "_shared_bytes_per_sm", lambda index: 233472)
     launch._held_group_backward_programs_per_sm.cache_clear()
     launches, reduced = [], []
     monkeypatch.setattr(launch.direct, "launch", lambda *a: launches.append(a))
-    monkeypatch.setattr(launch, "_reduce_partials", lambda partial, dw: reduced.append(partial))
+    monkeypatch.setattr(
+        backward_launch, "_reduce_partials", lambda partial, dw: reduced.append(partial)
+    )
     x = torch.zeros(m, n, dtype=torch.bfloat16)
     w = torch.zeros(n, dtype=torch.bfloat16)
     rstd = torch.zeros(m)
@@ -402,7 +408,7 @@ def test_held_group_backward_compiles_for_sm90():
     pytest.importorskip(
         "triton.backends.nvidia.compiler", reason="Triton without its NVIDIA backend"
     )
-    if launch.gluon_kernels is None:
+    if held_paths.gluon_kernels is None:
         pytest.skip("this Triton has no Gluon")
     cases = [{"kernel": "held_group_bwd", "x": x, "block_n": n, "extra": dh}
              for x, n, dh in (("bf16", GROUPED, False), ("fp16", 40960, True),
@@ -432,9 +438,9 @@ def _force_group(monkeypatch, config: int = 0) -> None:
 needs_group_gpu = pytest.mark.skipif(
     not (
         ON_NVIDIA_GPU
-        and launch.gluon_kernels is not None
+        and held_paths.gluon_kernels is not None
         and all(
-            launch._held_group_fits_device(torch.device("cuda"), GROUPED, c)
+            held_paths._held_group_fits_device(torch.device("cuda"), GROUPED, c)
             for c in launch.HELD_GROUP_BACKWARDS
         )
     ),
@@ -529,8 +535,8 @@ def test_held_group_backward_falls_back_on_every_row(monkeypatch, spin_limit, ta
     those that do not (no barrier where they part). Either way the result matches the
     oracle, and the exchange shows every program's sum on every row."""
     _force_group(monkeypatch)
-    monkeypatch.setattr(launch, "HELD_GROUP_SPIN_LIMIT", spin_limit)
-    monkeypatch.setattr(launch, "HELD_GROUP_TAG_OFFSET", tag_offset)
+    monkeypatch.setattr(held_launch, "HELD_GROUP_SPIN_LIMIT", spin_limit)
+    monkeypatch.setattr(held_launch, "HELD_GROUP_TAG_OFFSET", tag_offset)
     exchanges = record_exchanges(monkeypatch)
     inputs = make_inputs((300, GROUPED), torch.bfloat16, DEVICE)
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from harness.inputs import make_inputs
-from impls.triton_rmsnorm import launch
+from impls.triton_rmsnorm import backward_launch, common, kernel_launch, launch
 from tests import helpers, sm90_compile
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
@@ -24,9 +24,9 @@ def test_launch_asks_for_it_at_wide_16_bit_tiles_on_nvidia_gpus_only(monkeypatch
     """The decision: 16384-wide tiles with x or dy 16-bit, never under the interpreter or on
     ROCm; and the single-tile backward's launch passes it to the kernel."""
     bf16, fp32 = torch.bfloat16, torch.float32
-    monkeypatch.setattr(launch, "interpreting", lambda: True)
+    monkeypatch.setattr(common, "interpreting", lambda: True)
     assert not launch.backward_holds_storage_form(WIDEST, bf16, bf16)
-    monkeypatch.setattr(launch, "interpreting", lambda: False)
+    monkeypatch.setattr(common, "interpreting", lambda: False)
     monkeypatch.setattr(torch.version, "hip", "6.0")
     assert not launch.backward_holds_storage_form(WIDEST, bf16, bf16)
     monkeypatch.setattr(torch.version, "hip", None)
@@ -36,8 +36,10 @@ def test_launch_asks_for_it_at_wide_16_bit_tiles_on_nvidia_gpus_only(monkeypatch
     assert not launch.backward_holds_storage_form(WIDEST // 2, bf16, bf16)
 
     launched = []
-    monkeypatch.setattr(launch, "_launch", lambda name, grid, *args, **kw: launched.append(kw))
-    monkeypatch.setattr(launch, "_reduce_partials", lambda partial, dw: None)
+    monkeypatch.setattr(
+        kernel_launch, "_launch", lambda name, grid, *args, **kw: launched.append(kw)
+    )
+    monkeypatch.setattr(backward_launch, "_reduce_partials", lambda partial, dw: None)
     for n, x_dtype, dy_dtype in ((WIDEST // 2, bf16, bf16), (WIDEST // 2 + 1, bf16, bf16),
                                  (WIDEST, bf16, fp32), (WIDEST, fp32, fp32)):  # fmt: skip
         x, dy = torch.zeros(4, n, dtype=x_dtype), torch.zeros(4, n, dtype=dy_dtype)
@@ -158,9 +160,9 @@ FORWARD_FROM = launch.FORWARD_HOLD_STORAGE_FORM_FROM_BLOCK_N
 
 def test_forward_launch_asks_for_it_at_wide_16_bit_tiles_on_nvidia_gpus_only(monkeypatch):
     bf16, fp32 = torch.bfloat16, torch.float32
-    monkeypatch.setattr(launch, "interpreting", lambda: True)
+    monkeypatch.setattr(common, "interpreting", lambda: True)
     assert not launch.forward_holds_storage_form(FORWARD_FROM, bf16)
-    monkeypatch.setattr(launch, "interpreting", lambda: False)
+    monkeypatch.setattr(common, "interpreting", lambda: False)
     monkeypatch.setattr(torch.version, "hip", "6.0")
     assert not launch.forward_holds_storage_form(FORWARD_FROM, bf16)
     monkeypatch.setattr(torch.version, "hip", None)
@@ -170,7 +172,9 @@ def test_forward_launch_asks_for_it_at_wide_16_bit_tiles_on_nvidia_gpus_only(mon
     assert not launch.forward_holds_storage_form(FORWARD_FROM // 2, bf16)
 
     launched = []
-    monkeypatch.setattr(launch, "_launch", lambda name, grid, *args, **kw: launched.append(kw))
+    monkeypatch.setattr(
+        kernel_launch, "_launch", lambda name, grid, *args, **kw: launched.append(kw)
+    )
     for n, dtype in (
         (FORWARD_FROM // 2, bf16),
         (FORWARD_FROM // 2 + 1, bf16),

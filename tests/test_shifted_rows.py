@@ -12,7 +12,14 @@ import pytest
 import torch
 
 from harness.inputs import make_inputs
-from impls.triton_rmsnorm import kernels, launch
+from impls.triton_rmsnorm import (
+    backward_launch,
+    forward_launch,
+    kernel_launch,
+    kernels,
+    launch,
+    replays,
+)
 from tests import sm90_compile
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
@@ -54,9 +61,9 @@ def test_the_launch_passes_its_constants(monkeypatch):
     kernel needs them; aligned rows keep the plain kernel."""
     launched = []
     monkeypatch.setattr(
-        launch, "_launch", lambda name, grid, *args, **kw: launched.append((name, grid, kw))
+        kernel_launch, "_launch", lambda name, grid, *args, **kw: launched.append((name, grid, kw))
     )
-    monkeypatch.setattr(launch, "_reduce_partials", lambda partial, dw: None)
+    monkeypatch.setattr(backward_launch, "_reduce_partials", lambda partial, dw: None)
     for n, dtype in ((4095, BF16), (4001, BF16), (4094, BF16), (4092, FP16), (4095, FP32),
                      (4096, BF16)):  # fmt: skip
         x = torch.zeros(20, n, dtype=dtype)
@@ -97,7 +104,7 @@ def test_matches_the_oracle(shape, dtype, w_dtype):
     _assert_matches_oracle(inputs.x, inputs.weight.to(w_dtype), inputs.dy)
     launched = set(launch.take_launch_configs())
     assert "rmsnorm_bwd_shifted_kernel" in launched
-    shifted_forward = launch.block_size(shape[1]) >= launch.SHIFTED_FORWARD_FROM_BLOCK_N
+    shifted_forward = launch.block_size(shape[1]) >= forward_launch.SHIFTED_FORWARD_FROM_BLOCK_N
     assert ("rmsnorm_fwd_shifted_kernel" in launched) == shifted_forward
 
 
@@ -108,8 +115,8 @@ def test_the_forward_takes_narrow_odd_rows_only_when_asked(monkeypatch):
     launch.take_launch_configs()
     launch.rmsnorm_forward(inputs.x, inputs.weight, 1e-5)
     assert set(launch.take_launch_configs()) == {"rmsnorm_fwd_kernel"}
-    monkeypatch.setattr(launch, "SHIFTED_FORWARD_FROM_BLOCK_N", 1024)
-    monkeypatch.setattr(launch, "_REPLAYS", {})
+    monkeypatch.setattr(forward_launch, "SHIFTED_FORWARD_FROM_BLOCK_N", 1024)
+    monkeypatch.setattr(replays, "_REPLAYS", {})
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
     assert "rmsnorm_fwd_shifted_kernel" in launch.take_launch_configs()
 
@@ -129,7 +136,7 @@ def test_strided_rows_in_the_pattern():
 
 
 def test_later_calls_replay_it_with_the_same_bits():
-    """A signature's later calls repeat the recorded launches (launch._REPLAYS): the shifted
+    """A signature's later calls repeat the recorded launches (replays._REPLAYS): the shifted
     kernels, with their grid, give the first call's bits."""
     from tests.helpers import grads as _grads
 

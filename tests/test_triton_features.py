@@ -197,9 +197,9 @@ def _pipelined_launches(monkeypatch, stages, staged_bytes_per_element):
     interpreter): the loops a tuner may pipeline, each walking several steps.
     staged_bytes_per_element: what the forward stages per tile element (x's size, twice with a
     residual)."""
-    from impls.triton_rmsnorm import launch
+    from impls.triton_rmsnorm import common, configs, kernel_launch, launch
 
-    heuristic = launch._heuristic_config
+    heuristic = kernel_launch._heuristic_config
 
     def pipelined(kernel_name, block_n):
         config = heuristic(kernel_name, block_n)
@@ -212,9 +212,9 @@ def _pipelined_launches(monkeypatch, stages, staged_bytes_per_element):
 
     monkeypatch.setattr(dispatch, "_HEURISTIC_ONLY", True)  # no table: the heuristic's config
     dispatch.reload()
-    monkeypatch.setattr(launch, "_heuristic_config", pipelined)
-    monkeypatch.setattr(launch, "_programs_cap", lambda device: 4)
-    monkeypatch.setattr(launch, "HEURISTIC_PROGRAMS_PER_SM", 1)
+    monkeypatch.setattr(kernel_launch, "_heuristic_config", pipelined)
+    monkeypatch.setattr(common, "_programs_cap", lambda device: 4)
+    monkeypatch.setattr(configs, "HEURISTIC_PROGRAMS_PER_SM", 1)
     launch.take_launch_configs()  # forget earlier tests' launches
     return launch
 
@@ -251,9 +251,9 @@ def test_single_tile_forward_grids_match_the_oracle(monkeypatch, programs_per_sm
     path. 37 rows in tiles of 4: 10 tiles, the last one partial; the persistent grid has 2
     programs of 5 tiles. Outputs start as NaN, so a row left unwritten fails."""
     from harness.oracle import RESIDUAL_SUM_TOLERANCE, reference_residual
-    from impls.triton_rmsnorm import launch
+    from impls.triton_rmsnorm import common, launch
 
-    monkeypatch.setattr(launch, "_programs_cap", lambda device: 2)
+    monkeypatch.setattr(common, "_programs_cap", lambda device: 2)
     m, n = _TILE_TEST_M, _TILE_TEST_N
     a, b = make_inputs((m, n), torch.bfloat16, DEVICE), make_inputs((m, n), torch.bfloat16, DEVICE)
     x, w = a.x, a.weight
@@ -289,9 +289,9 @@ def test_contiguous_rows_take_constant_strides(monkeypatch, programs_per_sm, res
     constant N: given wrong strides (N + 24) on contiguous rows it writes the same bits as
     without the switch on the same values laid out N + 24 apart. The launch path sets the
     switch exactly when every row stride (x, y, and with a residual r and h) is N."""
-    from impls.triton_rmsnorm import launch
+    from impls.triton_rmsnorm import common, kernel_launch, launch
 
-    monkeypatch.setattr(launch, "_programs_cap", lambda device: 2)
+    monkeypatch.setattr(common, "_programs_cap", lambda device: 2)
     m, n = _TILE_TEST_M, _TILE_TEST_N
     a, b = make_inputs((m, n), torch.bfloat16, DEVICE), make_inputs((m, n), torch.bfloat16, DEVICE)
 
@@ -327,7 +327,9 @@ def test_contiguous_rows_take_constant_strides(monkeypatch, programs_per_sm, res
 
     launched = []
     monkeypatch.setattr(
-        launch, "_note_launch", lambda kernel, grid, args, meta, config=None: launched.append(meta)
+        kernel_launch,
+        "_note_launch",
+        lambda kernel, grid, args, meta, config=None: launched.append(meta),
     )
     layouts = [(a.x, b.x, True), (spaced(a.x), spaced(b.x), False)]
     if residual:  # one strided tensor is enough to clear the switch
@@ -370,9 +372,11 @@ def test_looped_forward_at_its_wider_chunk_matches_the_oracle(monkeypatch, stage
     columns in 16384-wide chunks, the last partial, each program walking two rows. fp32 chunks
     of that width are tuned unpipelined only (their staging does not fit the shared memory:
     test_tuning.py)."""
+    from impls.triton_rmsnorm import kernel_launch
+
     launch = _pipelined_launches(monkeypatch, stages, torch.finfo(dtype).bits // 8)
     chunk = max(launch.LOOPED_FORWARD_CHUNKS)
-    pipelined = launch._heuristic_config
+    pipelined = kernel_launch._heuristic_config
 
     def wide_chunks(kernel_name, block_n):
         config = pipelined(kernel_name, block_n)
@@ -380,7 +384,7 @@ def test_looped_forward_at_its_wider_chunk_matches_the_oracle(monkeypatch, stage
             config["BLOCK_N"] = chunk
         return config
 
-    monkeypatch.setattr(launch, "_heuristic_config", wide_chunks)
+    monkeypatch.setattr(kernel_launch, "_heuristic_config", wide_chunks)
     inputs = make_inputs((8, 70000), dtype, DEVICE)
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
     forward = launch.take_launch_configs()["rmsnorm_fwd_looped_kernel"]

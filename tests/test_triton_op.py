@@ -9,7 +9,7 @@ from harness.checks import check_backend
 from harness.inputs import make_inputs
 from harness.oracle import TOLERANCES, compare, reference
 from impls import get_backend
-from impls.triton_rmsnorm import MAX_N, RMSNorm, dispatch, launch, rmsnorm
+from impls.triton_rmsnorm import MAX_N, RMSNorm, dispatch, forward_launch, launch, rmsnorm
 from impls.triton_rmsnorm.function import RMSNormFunction, _rmsnorm_fwd_op
 from impls.triton_rmsnorm.launch import BACKWARD_SINGLE_TILE_MAX_N, SINGLE_TILE_MAX_N
 from tests.conftest import DEVICE, ON_GPU
@@ -89,7 +89,7 @@ def test_looped_forward_serves_rows_the_single_tile_also_serves(monkeypatch, wit
     """Rows in (FORWARD_LOOPED_FROM_N, SINGLE_TILE_MAX_N] may take the persistent looped forward
     when it measures faster: force it there, with more rows than programs (the row loop), and
     N not a multiple of its chunk."""
-    monkeypatch.setattr(launch, "SINGLE_TILE_MAX_N", launch.FORWARD_LOOPED_FROM_N)
+    monkeypatch.setattr(forward_launch, "SINGLE_TILE_MAX_N", launch.FORWARD_LOOPED_FROM_N)
     shape = (9 if DEVICE == "cpu" else 1000, launch.FORWARD_LOOPED_FROM_N + 1000)
     assert launch.forward_is_looped(shape[1])
     op = "add_rmsnorm" if with_residual else "rmsnorm"
@@ -289,7 +289,7 @@ def test_autotune_space_has_configs_for_every_single_tile_width(kernel_name):
     prune = launch._prune_tiles(kernel_name)
     configs = launch._configs(kernel_name)
     widest = (
-        launch.SINGLE_TILE_MAX_N if kernel_name == "rmsnorm_fwd_kernel"
+        forward_launch.SINGLE_TILE_MAX_N if kernel_name == "rmsnorm_fwd_kernel"
         else launch.BACKWARD_SINGLE_TILE_MAX_N
     )  # fmt: skip
     x = torch.empty(0)

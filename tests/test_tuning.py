@@ -12,7 +12,17 @@ from triton.runtime.errors import OutOfResources
 
 from harness.oracle import TOLERANCES, compare, reference
 from impls import get_backend
-from impls.triton_rmsnorm import direct, dispatch, kernels, launch, rmsnorm, tuning
+from impls.triton_rmsnorm import (
+    common,
+    direct,
+    dispatch,
+    kernel_launch,
+    kernels,
+    launch,
+    replays,
+    rmsnorm,
+    tuning,
+)
 from tests.conftest import DEVICE, ON_GPU
 
 OURS = TOLERANCES[get_backend("triton").numerics]
@@ -93,7 +103,7 @@ def _forward_candidates(m, n, dtype, residual=False):
 def test_forward_persistent_grids_need_a_second_tile_and_fit_the_shared_memory(monkeypatch):
     """The single-tile forward's persistent grids (PROGRAMS_PER_SM > 0) are tried only where a
     program gets more than one tile, and never stage more than PIPELINE_SHARED_BYTES."""
-    monkeypatch.setattr(launch, "_programs_cap", lambda device: 132)
+    monkeypatch.setattr(common, "_programs_cap", lambda device: 132)
     few = _forward_candidates(132, 4096, torch.bfloat16)  # one tile of a row per SM at most
     assert few and all(c["PROGRAMS_PER_SM"] == 0 for c in few)
     many = _forward_candidates(65536, 4096, torch.bfloat16)
@@ -215,7 +225,7 @@ def _tuned_kernels(x, dy) -> set[str]:
 
 @needs_gpu
 def test_tuning_leaves_inputs_and_rng_alone_and_gives_oracle_results(monkeypatch, tuning_session):
-    monkeypatch.setattr(launch, "_TUNED", {})
+    monkeypatch.setattr(kernel_launch, "_TUNED", {})
     x = _misaligned(300, 1000).requires_grad_(True)
     w = torch.randn(1000, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn(300, 1000, device=DEVICE, dtype=torch.bfloat16)
@@ -223,7 +233,7 @@ def test_tuning_leaves_inputs_and_rng_alone_and_gives_oracle_results(monkeypatch
     rng = torch.cuda.get_rng_state()
     y = rmsnorm(x, w)
     dx, dw = torch.autograd.grad(y, (x, w), dy)
-    assert {key[0] for key in launch._TUNED} == _tuned_kernels(x, dy)
+    assert {key[0] for key in kernel_launch._TUNED} == _tuned_kernels(x, dy)
     assert torch.equal(torch.cuda.get_rng_state(), rng)
     for got, want in zip((x, w, dy), saved, strict=True):
         assert torch.equal(got.detach(), want)
@@ -236,7 +246,7 @@ def test_tuning_with_a_stride_0_gradient_pending_work_and_a_side_stream(
 ):
     """dy from y.sum(0).backward() has stride-0 rows; x is made by a kernel still queued
     behind a long sleep on the caller's (non-default) stream when the call tunes."""
-    monkeypatch.setattr(launch, "_TUNED", {})
+    monkeypatch.setattr(kernel_launch, "_TUNED", {})
     stream = torch.cuda.Stream()
     source = torch.randn(257, 768, device=DEVICE, dtype=torch.bfloat16)
     w = torch.randn(768, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
@@ -249,7 +259,7 @@ def test_tuning_with_a_stride_0_gradient_pending_work_and_a_side_stream(
         dy = g.expand_as(y)
         dx, dw = torch.autograd.grad(y, (x, w), dy)
     torch.cuda.synchronize()
-    assert {key[0] for key in launch._TUNED} == _tuned_kernels(x, dy)
+    assert {key[0] for key in kernel_launch._TUNED} == _tuned_kernels(x, dy)
     _check_against_oracle(x, w, dy.contiguous(), y, dx, dw)
 
 
@@ -258,15 +268,15 @@ def test_contiguous_and_strided_rows_share_one_tuning(monkeypatch, tuning_sessio
     """The forward's binary depends on whether every row stride is N (ROWS_CONTIGUOUS), its
     best configuration does not: rows strided after contiguous ones of the same shape reuse
     the tuning (no second key), and both match the oracle."""
-    monkeypatch.setattr(launch, "_TUNED", {})
+    monkeypatch.setattr(kernel_launch, "_TUNED", {})
     w = torch.randn(2048, device=DEVICE, dtype=torch.bfloat16)
     contiguous = torch.randn(512, 2048, device=DEVICE, dtype=torch.bfloat16)
     strided = torch.randn(512, 2048 + 64, device=DEVICE, dtype=torch.bfloat16)[:, :2048]
     with torch.no_grad():
         outputs = [rmsnorm(contiguous, w)]
-        keys = set(launch._TUNED)
+        keys = set(kernel_launch._TUNED)
         outputs.append(rmsnorm(strided, w))
-    assert {key[0] for key in keys} == {"rmsnorm_fwd_kernel"} and set(launch._TUNED) == keys
+    assert {key[0] for key in keys} == {"rmsnorm_fwd_kernel"} and set(kernel_launch._TUNED) == keys
     for x, y in zip((contiguous, strided), outputs, strict=True):
         report = compare("y", y, reference(x, w, 1e-6).y, x.dtype, OURS["y"], 2048)
         assert report.passed, report.summary()
@@ -279,12 +289,12 @@ def test_a_capture_inside_a_tuning_takes_the_heuristic_unremembered(monkeypatch)
     the tests run heuristic-only) and nothing is remembered. The next call outside the capture
     tunes and adds its entry, and a later capture takes the entry and replays bitwise the eager
     result."""
-    monkeypatch.setattr(launch, "_TUNED", {})
+    monkeypatch.setattr(kernel_launch, "_TUNED", {})
     x = torch.randn(256, 3072, device=DEVICE, dtype=torch.bfloat16)
     w = torch.randn(3072, device=DEVICE, dtype=torch.bfloat16)
     with torch.no_grad():
         warm = rmsnorm(x, w)  # heuristic-only outside a session: compiles that binary
-    launch._REPLAYS.clear()
+    replays._REPLAYS.clear()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with dispatch.tuning() as table:
@@ -293,15 +303,15 @@ def test_a_capture_inside_a_tuning_takes_the_heuristic_unremembered(monkeypatch)
             heuristic = rmsnorm(x, w)
         graph.replay()
         torch.cuda.synchronize()
-        assert not launch._TUNED and len(table) == 0
+        assert not kernel_launch._TUNED and len(table) == 0
         assert torch.equal(heuristic, warm)
         with torch.no_grad():
             expected = rmsnorm(x, w)
-        assert launch._TUNED and len(table) == 1 and launch._REPLAYS == {}
+        assert kernel_launch._TUNED and len(table) == 1 and replays._REPLAYS == {}
         torch.testing.assert_close(heuristic, expected)
         with torch.no_grad():
             assert torch.equal(rmsnorm(x, w), expected)  # recorded now
-        assert launch._REPLAYS
+        assert replays._REPLAYS
         graph = torch.cuda.CUDAGraph()
         before = direct.replayed_launches
         stream.wait_stream(torch.cuda.current_stream())

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from harness.inputs import make_inputs
-from impls.triton_rmsnorm import direct, launch, rmsnorm
+from impls.triton_rmsnorm import backward_launch, direct, launch, rmsnorm
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
 from tests.helpers import assert_matches_oracle as _assert_matches_oracle
@@ -23,7 +23,7 @@ def test_launch_offers_it_for_small_aligned_rows(monkeypatch):
     """TWO_ROLE_MIN_N to TWO_ROLE_MAX_N columns, up to TWO_ROLE_MAX_ELEMENTS elements, wherever
     the single tile's plain kernel takes the rows (not the shifted kernel's rows, off 16 bytes
     alike in x, dy and dh_out), the device's part taken as given."""
-    monkeypatch.setattr(launch, "_two_role_fits_device", lambda device, nbytes: True)
+    monkeypatch.setattr(backward_launch, "_two_role_fits_device", lambda device, nbytes: True)
     bf16 = torch.bfloat16
 
     def offered(m, n, dtype=bf16, width=None, dh_width=None):
@@ -44,11 +44,11 @@ def test_launch_offers_it_for_small_aligned_rows(monkeypatch):
 
 def test_device_part_of_the_decision(monkeypatch):
     """A GPU whose L2 holds x and dy twice over; never the interpreter's CPU."""
-    assert not launch._two_role_fits_device(torch.device("cpu"), 1)
+    assert not backward_launch._two_role_fits_device(torch.device("cpu"), 1)
     monkeypatch.setattr(launch.tuning, "l2_bytes", lambda index: 60 << 20)
     cuda = torch.device("cuda", 0)
-    assert launch._two_role_fits_device(cuda, 30 << 20)
-    assert not launch._two_role_fits_device(cuda, (30 << 20) + 1)
+    assert backward_launch._two_role_fits_device(cuda, 30 << 20)
+    assert not backward_launch._two_role_fits_device(cuda, (30 << 20) + 1)
 
 
 def test_column_tiles_follow_the_tile_width():

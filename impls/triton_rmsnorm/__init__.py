@@ -1,7 +1,8 @@
 """Our fused Triton RMSNorm: ``rmsnorm(x, weight, eps)`` and the ``RMSNorm`` module.
 
-Layers, top to bottom: kernels.py (@triton.jit math) -> launch.py (grids, configs, allocation)
--> function.py (checks, autograd) -> module.py (nn.Module) -> backend.py (registry entry).
+Layers, top to bottom: kernels.py (@triton.jit math) -> launch.py (the launcher's entry: grids,
+configs and allocation in its modules, docs/design.md) -> function.py (checks, autograd)
+-> module.py (nn.Module) -> backend.py (registry entry).
 Which path and configurations serve a call: dispatch.py (decided ahead of time, from the
 dispatch table, dispatch_table.py, written by `python -m impls.triton_rmsnorm.tune`;
 `dispatch.override(...)` forces a path, `dispatch.tuning()` tunes at run time).

@@ -45,14 +45,14 @@ import torch
 from . import dispatch_table
 from .dispatch_table import Entry, Key, Table
 
-_INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") == "1"  # as launch.py reads it
+_INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") == "1"  # as common.py reads it
 _HEURISTIC_ONLY = os.environ.get("RMSNORM_TRITON_AUTOTUNE", "1") == "0"
 _TUNE_ENV = os.environ.get("RMSNORM_TRITON_TUNE", "0") == "1"
 _TUNE_GROUP_ENV = os.environ.get("RMSNORM_TRITON_TUNE_GROUP", "0") == "1"
 
 #: Per thread: the running path's table configurations (kernel name -> launch keywords) that
-#: launch._launch reads; `measuring` while a tuning measures; `launched`, a dict that _launch
-#: fills with each tuned kernel's configuration while a tuning's choice is harvested; the
+#: kernel_launch._launch reads; `measuring` while a tuning measures; `launched`, a dict that
+#: _launch fills with each tuned kernel's configuration while a tuning's choice is harvested; the
 #: override stack.
 _ACTIVE = threading.local()
 #: One tuning at a time in the process (each times on the GPU; two at once would time each
@@ -141,12 +141,12 @@ def table(device_index: int) -> Table:
 _LOOKUPS: dict[tuple, Entry | None] = {}
 
 
-#: Called when the tables change (launch.py forgets its replays, recorded under the old ones).
+#: Called when the tables change (replays.py forgets its replays, recorded under the old ones).
 ON_CHANGE: list = []
 
 
 #: Counts the tables' changes: a call during which it moved (a tuning) is not recorded for
-#: replays (launch._record).
+#: replays (replays._record).
 GENERATION = [0]
 
 
@@ -289,7 +289,7 @@ def _session(device_index: int) -> _Session | None:
 
 
 def measuring() -> bool:
-    """Whether this thread is measuring (launch._launch then tunes its kernels)."""
+    """Whether this thread is measuring (kernel_launch._launch then tunes its kernels)."""
     return getattr(_ACTIVE, "measuring", False)
 
 
@@ -416,7 +416,7 @@ def run(direction: str, dtypes: tuple, residual: bool, n: int, m: int, paths: li
     """Run the call (args) on the path of `paths` (the default first) that serves it: a forced
     one (override), else an opt-in tuning's pick (fastest(paths, args) measures them), else
     the dispatch table's, else the default in heuristic configurations. The path's kernels
-    read the chosen configurations from _ACTIVE.configs (launch._launch)."""
+    read the chosen configurations from _ACTIVE.configs (kernel_launch._launch)."""
     name = forced(direction) if overridden() else None
     entry = None
     if device.type == "cuda" and not _INTERPRETING:

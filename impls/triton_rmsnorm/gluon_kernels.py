@@ -1,7 +1,7 @@
 """Kernels in Gluon (triton.experimental.gluon): Triton's lower-level language, with explicit
 layouts and shared memory, which Triton's own language does not expose.
 
-Imported only where Gluon is (launch.py falls back without it); launched only on NVIDIA GPUs
+Imported only where Gluon is (held_paths.py falls back without it); launched only on NVIDIA GPUs
 (cp.async, inline PTX), never under the interpreter.
 """
 
@@ -736,7 +736,7 @@ def rmsnorm_bwd_held_group_kernel(
 
     dw stays deterministic whoever takes a chunk: a chunk's dw partial row, DW_PARTIAL[chunk],
     is its rows' dy * x_hat summed in row order by the group that took it (each member its
-    slice), and launch.py sums the partial rows in a fixed order.
+    slice), and backward_launch.py sums the partial rows in a fixed order.
 
     mean(g * x_hat) needs the whole row: the slices' sums are exchanged through SUMS, one word
     a (row, member) carrying the sum and the row's tag (_publish_sum, _read_sums). The first

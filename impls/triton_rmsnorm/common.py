@@ -1,0 +1,147 @@
+"""What every launcher module shares: integer helpers, the interpreter switch, the device's
+facts (SM count, shared memory, inline PTX, Hopper class), rows' 16-byte alignment, the chunk
+widths of the wide kernels and the hidden-size limit."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+
+import torch
+
+#: Chunk width of the looped (wide-row) kernels.
+WIDE_BLOCK_N = 4096
+#: Chunk width of the split kernels (wide rows, fewer of them than SMs): one program per
+#: (row, chunk).
+SPLIT_BLOCK_N = 16384
+#: Column indices are int32 inside the kernels, and the last chunk's indices (up to N - 1 plus
+#: one chunk) must stay below 2**31.
+MAX_N = 2**31 - SPLIT_BLOCK_N
+
+#: Backward programs under the interpreter (no SM count there); > 1 so the partial-dw reduction
+#: is exercised by CPU tests.
+_INTERPRETER_PROGRAMS = 4
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for ints. Plain Python: triton.cdiv is a constexpr function object whose call
+    costs several microseconds of host time per launch (triton 3.9)."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1); plain Python, like cdiv."""
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def _previous_power_of_2(n: int) -> int:
+    """The largest power of two <= n (1 for n <= 1)."""
+    return 1 if n <= 1 else 1 << (n.bit_length() - 1)
+
+
+#: Read once, when triton is imported with this module, as Triton itself reads it.
+_INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels through its CPU interpreter."""
+    return _INTERPRETING
+
+
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _programs_cap(device: torch.device) -> int:
+    return _INTERPRETER_PROGRAMS if device.type != "cuda" else _sm_count(device.index or 0)
+
+
+def block_size(n: int) -> int:
+    """The tile width of the single-tile kernels (the whole row, padded to a power of two)."""
+    return next_power_of_2(n)
+
+
+def rows_are_split(m: int, device: torch.device) -> bool:
+    """Wide rows, fewer than programs_cap (the SM count) of them: one program per row would
+    leave SMs idle, so each row is split across several programs."""
+    return m < _programs_cap(device)
+
+
+def check_hidden_size(n: int) -> None:
+    if n > MAX_N:
+        raise ValueError(f"x: hidden size (last dimension) N={n} exceeds {MAX_N} (int32 columns)")
+
+
+def _on_device(x: torch.Tensor):
+    """Make x's GPU the current device for the launches (a no-op when it already is)."""
+    index = x.get_device()  # -1 on the CPU
+    if index >= 0 and index != torch.cuda.current_device():
+        return torch.cuda.device(index)
+    return contextlib.nullcontext()
+
+
+def _check_runnable(x: torch.Tensor) -> None:
+    if x.device.type != "cuda" and not interpreting():
+        raise RuntimeError(
+            f"x: the Triton RMSNorm needs a CUDA tensor, got one on {x.device}; to run on the CPU "
+            "set TRITON_INTERPRET=1 before triton is first imported"
+        )
+
+
+def _hopper_class(device: torch.device) -> bool:
+    """A CUDA device of compute capability 9.0 or later, where the held kernels (Gluon) run;
+    they were measured on the H200 only."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device.index or 0) >= (9, 0)
+
+
+@functools.cache
+def _shared_bytes_per_block(device_index: int) -> int:
+    """The most shared memory a program may ask for on this device (0 if torch does not say)."""
+    props = torch.cuda.get_device_properties(device_index)
+    return int(getattr(props, "shared_memory_per_block_optin", 0) or 0)
+
+
+def _shared_bytes_per_sm(device_index: int) -> int:
+    """An SM's shared memory on this device, shared by its resident programs (if torch does not
+    say, what one program may ask for: room for one)."""
+    props = torch.cuda.get_device_properties(device_index)
+    per_sm = int(getattr(props, "shared_memory_per_multiprocessor", 0) or 0)
+    return per_sm or _shared_bytes_per_block(device_index)
+
+
+def _row_period(m: int, n: int, tensors: tuple) -> int:
+    """1 where rows of n elements in these [m, n] tensors start on 16 bytes, or cannot be
+    shifted into alignment together; else the PERIOD of the shifted single-tile kernels
+    (rmsnorm_fwd_shifted_kernel, rmsnorm_bwd_shifted_kernel), which take them: rows whose
+    element offsets r * stride are not multiples of 16 bytes (N odd, say) in every tensor alike,
+    outputs made contiguous (stride N) included: every base on 16 bytes, one element size and
+    every row stride equal to N modulo the elements in 16 bytes; rows of two 16-byte groups or
+    more (narrower rows move few bytes; the kernels' tile must be whole groups)."""
+    size = tensors[0].element_size()
+    vec = 16 // size
+    residue = n % vec
+    if (
+        residue == 0
+        or n < 2 * vec
+        or any(t.element_size() != size or t.data_ptr() % 16 for t in tensors)
+        or any(t.stride(0) % vec != residue for t in tensors if m > 1)
+    ):
+        return 1
+    return vec // math.gcd(residue, vec)
+
+
+def _shift_constants(n: int, element_size: int, period: int) -> dict:
+    """The shifted kernels' VEC, PERIOD and MAY_WRAP: whether N plus the largest shift (the
+    shifts are the multiples of VEC / PERIOD) passes the tile."""
+    vec = 16 // element_size
+    largest_shift = vec - vec // period
+    return {"VEC": vec, "PERIOD": period, "MAY_WRAP": n + largest_shift > block_size(n)}
+
+
+def _inline_ptx_runs() -> bool:
+    """NVIDIA GPUs run the kernels' inline PTX (kernels._upcast_opaque); neither the
+    interpreter nor ROCm does."""
+    return not interpreting() and torch.version.hip is None

@@ -1,0 +1,115 @@
+"""The forward's paths on Triton kernels (kernels.py): single tile (plain and shifted rows),
+looped, split; their grids and arguments. The held forwards are in held_launch.py."""
+
+from __future__ import annotations
+
+import torch
+
+from . import common, kernel_launch
+from .common import (
+    SPLIT_BLOCK_N,
+    WIDE_BLOCK_N,
+    _row_period,
+    _shift_constants,
+    block_size,
+    cdiv,
+    next_power_of_2,
+)
+from .configs import _tile_programs
+
+#: Widest row the single-tile forward takes: one row lives in registers.
+SINGLE_TILE_MAX_N = 65536
+#: From this tile width on, the single-tile forward holds 16-bit x as loaded between its
+#: reduction and its scaling (rmsnorm_fwd_kernel's HOLD_STORAGE_FORM). At 65536 columns that
+#: ends its spills (ptxas, sm_90). Measured against the product's forward, bf16 and fp16
+#: (results/nvidia-h200/probes/2026-11-30-daf182be02dc-forward-storage-form-ab.txt): 1.20-1.31x
+#: at N = 65536, 1.04-1.08x at 32768, within noise (0.995-1.003) at 16384.
+FORWARD_HOLD_STORAGE_FORM_FROM_BLOCK_N = 32768
+#: From this tile width on, the single-tile forward takes rows that do not start on 16 bytes
+#: (odd N) in rmsnorm_fwd_shifted_kernel. On the H200 it ran 1.06x the plain kernel at 4095
+#: columns, 1.11x at 8191 and 1.41x at 16383, bf16 and fp16
+#: (results/nvidia-h200/probes/2026-11-30-6386bc914efd-forward-shifted-ab.txt); narrower odd
+#: rows, several a tile, were not measured and keep the plain kernel.
+SHIFTED_FORWARD_FROM_BLOCK_N = 4096
+
+
+def forward_is_looped(n: int) -> bool:
+    return n > SINGLE_TILE_MAX_N
+
+
+def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
+    m, n = x.shape
+    args = _single_tile_forward_args(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset)
+    switches = {
+        "BLOCK_N": block_size(n),
+        "HAS_RESIDUAL": has_residual,
+        "HOLD_STORAGE_FORM": forward_holds_storage_form(block_size(n), x.dtype),
+    }
+    dtypes = (x.dtype, weight.dtype, y.dtype)
+    period = _row_period(m, n, (x, y, r_arg, h_arg))
+    if period > 1 and block_size(n) >= SHIFTED_FORWARD_FROM_BLOCK_N:
+        kernel_launch._launch(
+            "rmsnorm_fwd_shifted_kernel",
+            lambda meta: (_shifted_forward_programs(m, period, meta, x.device),),
+            *args, dtypes=dtypes, **switches, **_shift_constants(n, x.element_size(), period),
+        )  # fmt: skip
+        return
+    kernel_launch._launch(
+        "rmsnorm_fwd_kernel", lambda meta: (_tile_programs(m, meta, x.device),), *args,
+        dtypes=dtypes, ROWS_CONTIGUOUS=all(stride == n for stride in strides), **switches,
+    )  # fmt: skip
+
+
+def _shifted_forward_programs(m: int, period: int, meta: dict, device: torch.device) -> int:
+    """The shifted forward's grid: period programs for each of up to PROGRAMS_PER_SM x SMs /
+    period chunks of a residue class's tiles (never more than its tiles)."""
+    tiles = cdiv(cdiv(m, period), meta["BLOCK_M"])
+    per_class = max(1, meta["PROGRAMS_PER_SM"] * common._programs_cap(device) // period)
+    return period * min(tiles, per_class)
+
+
+def forward_holds_storage_form(block_n: int, x_dtype: torch.dtype) -> bool:
+    """Whether the single-tile forward holds x (or h) as loaded between its reduction and its
+    scaling: wide tiles of 16-bit rows, where inline PTX runs (common._inline_ptx_runs)."""
+    return (
+        block_n >= FORWARD_HOLD_STORAGE_FORM_FROM_BLOCK_N
+        and x_dtype.itemsize == 2
+        and common._inline_ptx_runs()
+    )
+
+
+def _single_tile_forward_args(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset) -> tuple:
+    """rmsnorm_fwd_kernel's leading arguments, up to ROWS_BUCKET (launch and replay share
+    them); N among them is a constexpr, passed by position like the rest."""
+    m, n = x.shape
+    return (x, weight, y, rstd, r_arg, h_arg, *strides, m, n, eps, offset, m.bit_length())
+
+
+def _forward_looped(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
+    m, n = x.shape
+    programs_cap = common._programs_cap(x.device)
+    kernel_launch._launch(
+        "rmsnorm_fwd_looped_kernel", lambda meta: (min(m, meta["PROGRAMS_PER_SM"] * programs_cap),),
+        x, weight, y, rstd, r_arg, h_arg, *strides, m, n, eps, offset, m.bit_length(),
+        dtypes=(x.dtype, weight.dtype, y.dtype), BLOCK_N=WIDE_BLOCK_N, HAS_RESIDUAL=has_residual,
+    )  # fmt: skip
+
+
+def _forward_split(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
+    """Few wide rows: per-chunk sums of squares, then the scaling, one program per (row, chunk).
+    Allocates one fp32 per (row, chunk)."""
+    m, n = x.shape
+    splits = cdiv(n, SPLIT_BLOCK_N)
+    partial = torch.empty((m, splits), dtype=torch.float32, device=x.device)
+    stride_x, stride_y, stride_r, stride_h = strides
+    kernel_launch._launch(
+        "rmsnorm_fwd_split_sumsq_kernel", (splits, m), x, r_arg, h_arg, partial,
+        stride_x, stride_r, stride_h, n, splits, dtypes=(x.dtype,),
+        BLOCK_N=SPLIT_BLOCK_N, HAS_RESIDUAL=has_residual,
+    )  # fmt: skip
+    normalized, stride_n = (h_arg, stride_h) if has_residual else (x, stride_x)
+    kernel_launch._launch(
+        "rmsnorm_fwd_split_scale_kernel", (splits, m), normalized, weight, y, rstd, partial,
+        stride_n, stride_y, n, splits, eps, offset, dtypes=(x.dtype, weight.dtype, y.dtype),
+        BLOCK_N=SPLIT_BLOCK_N, BLOCK_S=next_power_of_2(splits),
+    )  # fmt: skip
