@@ -21,16 +21,12 @@ from .common import (
 from .kernel_launch import _launch_fixed
 
 #: Widest row the single-tile backward takes. Above it, its per-program fp32 dw accumulator plus
-#: x, dy and g per row spill: on the H200 it fell to 638 GB/s at N = 32768 and 358 at 65536, while
-#: the looped backward ran ~2.1 TB/s at N = 131072 and 262144 (docs/perf-log.md, v1; heuristic
-#: launch configs, the looped path at 32768-65536 itself not yet measured).
+#: x, dy and g per row spill (docs/design.md, Backward).
 BACKWARD_SINGLE_TILE_MAX_N = 16384
 #: From this tile width on, the single-tile backward holds 16-bit x and dy as loaded between its
-#: two passes (rmsnorm_bwd_kernel's HOLD_STORAGE_FORM). At N = 16384 it spilled without that and
-#: ran 1.28-1.38x faster with it on the H200 (bf16 and fp16, 2048-8192 rows); at N <= 8192 it
-#: ran 0.97-1.02x, so narrower tiles keep the plain kernel
-#: (results/nvidia-h200/probes/2026-11-30-83f69ecd04db-backward-raw-held-ab.txt). Measured at
-#: N = 16384 only; N = 8193-16383 share its tile width and take it too.
+#: two passes (rmsnorm_bwd_kernel's HOLD_STORAGE_FORM): at 16384 it spills without that;
+#: narrower tiles gain nothing and keep the plain kernel. N = 8193-16383 share its tile width
+#: and take it too (docs/design.md, Backward).
 BACKWARD_HOLD_STORAGE_FORM_FROM_BLOCK_N = 16384
 #: The dw reduction's tile: every partial row at once (up to DW_REDUCE_MAX_ROWS, padded to a
 #: power of two; there are at most SM-count of them) x DW_REDUCE_BLOCK_N columns, one program per
@@ -40,15 +36,10 @@ DW_REDUCE_MAX_ROWS = 256
 DW_REDUCE_BLOCK_N = 32
 DW_REDUCE_WARPS = 8
 #: Over DW_REDUCE_FEW_ROWS partial rows or fewer (the grouped backwards' 2-16 groups) that tile
-#: leaves a program 64-512 elements: 32768 programs of 64 over [2, 1048576], 22-28 µs where the
-#: read takes 4. There the tile is DW_REDUCE_FEW_ROWS_TILE elements, at most
-#: DW_REDUCE_MAX_BLOCK_N columns and no more than leave every SM a program, 8 warps from
-#: DW_REDUCE_WIDE_BLOCK_N columns and 4 below (1.5-6.4x the 32-column tile at 2-16 rows of
-#: 131072-1048576 columns; 0-0.4 µs behind the best tile swept at each case, 2.7 at [16,
-#: 1048576]; 128 columns at 8 warps ran 1.5-3x slower than at 4:
-#: `probes/2026-11-30-5bf2d0db5974-dw-reduce-tile-sweep.txt`). Over more rows the sweep found 4
-#: warps 4-50% faster than 8 (64 and 132 rows); not taken: that tile serves every narrow
-#: backward, whose runs were not repeated with it.
+#: leaves a program 64-512 elements, far too little work. There the tile is
+#: DW_REDUCE_FEW_ROWS_TILE elements, at most DW_REDUCE_MAX_BLOCK_N columns and no more than leave
+#: every SM a program, 8 warps from DW_REDUCE_WIDE_BLOCK_N columns and 4 below (the sweep's
+#: picks: docs/design.md, Backward).
 DW_REDUCE_FEW_ROWS = 16
 DW_REDUCE_FEW_ROWS_TILE = 8192
 DW_REDUCE_MAX_BLOCK_N = 1024
@@ -60,18 +51,14 @@ DW_REDUCE_FEW_ROWS_NARROW_WARPS = 4
 #: and measured against it at the first call, for rows of TWO_ROLE_MIN_N to TWO_ROLE_MAX_N
 #: columns that the plain single tile takes, up to TWO_ROLE_MAX_ELEMENTS elements in all, and x
 #: and dy that take at most half the L2 (the column programs' second read of them should hit).
-#: Measured at 512-4096 x 2048-8192 bf16 (`probes/2026-11-30-00b1a79b83c3-backward-two-role-ab.txt`
-#: and `-298c233f2267-...-ab-2.txt`): 1.09-1.38x the single tile at 512x2048-8192 and
-#: 1.16-1.18x at 1024x2048; 1.00x at 1024x4096 and 0.97-1.00x at 2048x2048; 0.92-0.94x at
-#: 1024x8192, 0.91x at 2048x4096 and 0.68-0.80x at 4096x2048, 2048x8192 and 4096x8192 (each
-#: column program walks every row). Narrower rows leave few column programs, each walking more
-#: rows (not measured: not offered).
+#: Past that size each column program's walk over every row is the critical path; narrower rows
+#: leave few column programs, each walking more rows (not offered; docs/design.md, Backward).
 TWO_ROLE_MIN_N = 2048
 TWO_ROLE_MAX_N = 8192
 TWO_ROLE_MAX_ELEMENTS = 1 << 22
 #: Its column programs' tile, per single-tile width (BLOCK_N): (COL_BLOCK columns, COL_ROWS rows
-#: a step, COL_STAGES): the probe's best at 2048, 4096 and 8192 columns, about one column
-#: program an SM there.
+#: a step, COL_STAGES): a sweep's best at 2048, 4096 and 8192 columns, about one column
+#: program an SM there (docs/design.md, Backward).
 TWO_ROLE_COLUMN_TILES = {2048: (16, 128, 3), 4096: (32, 128, 4), 8192: (64, 64, 3)}
 
 

@@ -65,11 +65,11 @@ _LOOP_FREE = {
 
 #: Programs per SM of the persistent looped forward (its grid): fewer rows in flight leave
 #: more of each row in L2 for the second pass, more programs keep more bytes in flight. 16 gives
-#: up to 2112 rows a program each on 132 SMs, as torch.compile's one program per row
-#: (2048x32768, where it led our forward by 10% in the v8 run).
+#: up to 2112 rows a program each on 132 SMs, as torch.compile's one program per row, which
+#: once led our forward at a wide shape (docs/design.md, Forward).
 PROGRAMS_PER_SM_CHOICES = (1, 2, 4, 8, 16)
-#: Chunk widths the looped forward is tuned over (its BLOCK_N; WIDE_BLOCK_N untuned): the grid
-#: sweep measured 16384-wide chunks 9% faster at 512x131072 (perf log, "Lead refuted").
+#: Chunk widths the looped forward is tuned over (its BLOCK_N; WIDE_BLOCK_N untuned): wider
+#: chunks win at some wide shapes (docs/design.md, Forward).
 LOOPED_FORWARD_CHUNKS = (WIDE_BLOCK_N, 16384)
 #: ... and without autotuning (about one program per row at the wide preset's shapes).
 HEURISTIC_PROGRAMS_PER_SM = 8
@@ -147,8 +147,8 @@ def _threads_fit(tile: int, num_warps: int, low: int, high: int) -> bool:
 
 def _prune_tiles(kernel_name: str):
     """Keep the tiles of BLOCK_M in {h, 2h} rows (h = rows_per_tile) with a sensible number of
-    elements per thread; the forward also tries h/2 (more, shorter programs: at 1024x2048 Liger's
-    one row per program beat our two, docs/perf-log.md v3), drops 2h when it would leave
+    elements per thread; the forward also tries h/2 (more, shorter programs, which win at some
+    narrow shapes: docs/design.md, Forward), drops 2h when it would leave
     fewer than 2 programs per SM, and drops persistent grids that would give no program a
     second tile (the same launch as one program per tile, with a pipeline that never fills)."""
     low, high = _ELEMENTS_PER_THREAD[kernel_name]
@@ -268,8 +268,8 @@ def _prune_warps(configs, named_args, **kwargs):
 
 #: The kernels launched through _launch, tuned per key: the kernel, the dtypes of its varying
 #: tensors, its constexpr switches (each variant gets its own config), N and, for the kernels
-#: that take it, ROWS_BUCKET (M's bit length: a config tuned at M = 512 ran fp16 N = 2048 at half
-#: speed at M = 4096, docs/perf-log.md v3), and the device.
+#: that take it, ROWS_BUCKET (M's bit length: a config tuned at one M can run far slower at
+#: another, docs/design.md, Dispatch), and the device.
 _TUNED_KERNELS = (
     "rmsnorm_fwd_kernel",
     "rmsnorm_fwd_shifted_kernel",

@@ -1,10 +1,9 @@
 """Cached direct launch: once a kernel is compiled for a specialization, call its launcher.
 
 Triton's `kernel[grid](...)` spends most of its host time before the launch: the argument
-binder specializes every argument, a cache key is built and looked up, launch metadata is made.
-On the H200's host that path took 38.8 µs per call, and calling the compiled kernel's launcher
-directly 12.2 µs (`results/nvidia-h200/probes/`). At shapes whose kernels take a few
-microseconds, that host time is the whole host-inclusive time.
+binder specializes every argument, a cache key is built and looked up, launch metadata is made:
+several times the compiled launcher's own host time (docs/design.md, Host path). At shapes
+whose kernels take a few microseconds, that host time is the whole host-inclusive time.
 
 So the first launch of each specialization goes through Triton (which compiles and launches, and
 returns the compiled kernel); later launches with the same specialization call the compiled

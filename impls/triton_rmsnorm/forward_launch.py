@@ -21,15 +21,11 @@ from .configs import _tile_programs
 SINGLE_TILE_MAX_N = 65536
 #: From this tile width on, the single-tile forward holds 16-bit x as loaded between its
 #: reduction and its scaling (rmsnorm_fwd_kernel's HOLD_STORAGE_FORM). At 65536 columns that
-#: ends its spills (ptxas, sm_90). Measured against the product's forward, bf16 and fp16
-#: (results/nvidia-h200/probes/2026-11-30-daf182be02dc-forward-storage-form-ab.txt): 1.20-1.31x
-#: at N = 65536, 1.04-1.08x at 32768, within noise (0.995-1.003) at 16384.
+#: ends its spills (ptxas, sm_90); narrower, it gains nothing (docs/design.md, Forward).
 FORWARD_HOLD_STORAGE_FORM_FROM_BLOCK_N = 32768
 #: From this tile width on, the single-tile forward takes rows that do not start on 16 bytes
-#: (odd N) in rmsnorm_fwd_shifted_kernel. On the H200 it ran 1.06x the plain kernel at 4095
-#: columns, 1.11x at 8191 and 1.41x at 16383, bf16 and fp16
-#: (results/nvidia-h200/probes/2026-11-30-6386bc914efd-forward-shifted-ab.txt); narrower odd
-#: rows, several a tile, were not measured and keep the plain kernel.
+#: (odd N) in rmsnorm_fwd_shifted_kernel, faster from here; narrower odd rows, several a tile,
+#: were not measured and keep the plain kernel (docs/design.md, Forward).
 SHIFTED_FORWARD_FROM_BLOCK_N = 4096
 
 

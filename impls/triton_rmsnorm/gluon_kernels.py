@@ -35,15 +35,11 @@ def _upcast_opaque(v):
 def _upcast_pairs(v):
     """v (bf16, fp16 or fp32) to fp32, bits unchanged; bf16 in inline PTX, two values a 32-bit
     register, a shift and a mask a pair. Triton's own conversion takes each bf16 value from its
-    register and shifts it: in rmsnorm_bwd_held_group_kernel at 1048576 columns 979 SHF, PRMT
-    and IMAD against fp16's 44 with 600 HADD2.F32, 5559 SASS lines against 4951; 4983 with the
-    pairs (Triton 3.6, sm_90a: `probes/2026-11-30-76541bfb6a7d-upcast-sass-counts.txt`). Pure,
-    unlike _upcast_opaque: placed wherever the compiler likes. Where it is used is measured
-    (v26, `probes/2026-11-30-b27e0609074b-upcast-pairs-ab*`, bf16, before/after): the held-row
-    backward 1.02-1.04x, the grouped forward 1.00-1.03x, the grouped backward 1.01-1.02x at 4-16
-    words a row but 0.88x at 64 (64x1048576), the held-row forward 0.92x at 512x131072; so not
-    in the last two (_upcast). The grouped backward takes it up to 32 words a row, the tensor
-    every warp holds whole (17-32 words, 262145-524288 columns, not measured)."""
+    register and shifts it, several instructions a value. Pure, unlike _upcast_opaque: placed
+    wherever the compiler likes. Used where it measured faster: the held-row backward, the
+    grouped forward and the grouped backward up to 32 words a row (the tensor every warp holds
+    whole); not in the held-row forward nor the grouped backward's wider rows, where _upcast
+    takes Triton's own conversion (docs/design.md, Gluon upcast)."""
     if v.dtype == gl.bfloat16:
         out = gl.inline_asm_elementwise(
             BF16X2_TO_FP32_PTX, "=r,=r,r", [v], dtype=gl.float32, is_pure=True, pack=2

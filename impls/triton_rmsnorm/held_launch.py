@@ -151,8 +151,8 @@ def _backward_held_row(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw, 
     backward_launch._reduce_partials(dw_partial, dw)
 
 
-#: The held-row backward at each of its warp counts: paths of their own, measured at the first
-#: call beside the wide path (16 warps ran 2-10% faster at most shapes, 32 at others).
+#: The held-row backward at each of its warp counts: paths of their own, offered beside the
+#: wide path, as neither warp count wins at every shape (docs/design.md, Backward).
 _HELD_ROW_BACKWARDS = tuple(
     functools.partial(_backward_held_row, warps=warps) for warps in HELD_BACKWARD_WARPS
 )

@@ -20,8 +20,7 @@ except ImportError:
 #: The held-row forward (gluon_kernels.rmsnorm_fwd_held_row_kernel): a row's first HELD_ROW_REG
 #: elements in registers, the rest in shared buffers of HELD_ROW_CHUNK, at most
 #: HELD_ROW_SHARED_CHUNKS (192 KB of 16-bit elements), HELD_ROW_WARPS warps, one program per SM.
-#: At N = 131072 on the H200: 3131-3310 GB/s bf16 at 256-1024 rows, 1.17x the looped forward
-#: at 512 rows (results/nvidia-h200/2026-11-30-e8ad3d4cb361-n131072.jsonl; perf log, v16).
+#: x is read once: faster than the looped forward at these widths (docs/design.md, Forward).
 HELD_ROW_REG = 32768
 HELD_ROW_CHUNK = 32768
 HELD_ROW_SHARED_CHUNKS = 3
@@ -46,18 +45,9 @@ class HeldGroupForward(NamedTuple):
 #: forward_launch.SINGLE_TILE_MAX_N: a group of programs shares each row, each holding a slice, in an ordinary
 #: launch (programs join groups in start order and claim rows: gluon_kernels' grouped section);
 #: the slices' sums exchanged as the grouped backward's. Each configuration here that
-#: fits the device is a path of its own, measured at the first call beside the looped or split
-#: path and, up to HELD_ROW_MAX_N, v16's held row. On the H200: 8192-column slices, 2 ring slots,
-#: 4 an SM, 8 warps (v21) ran 1.17-1.23x the looped and split paths at 262144 and 1048576 columns
-#: (probes/2026-11-30-bb689b9d08e7-forward-held-group-sweep.txt), 80-82% of the copy with v22's
-#: exchange (2026-11-30-ef67b6007d7c-wide.jsonl). 4096-column slices, 3 slots, 6 an SM, 4 warps
-#: ran 1.07x (bf16) and 1.15x (fp16) the held row at 512x131072 and 1.00-1.04x v21's at
-#: 256x262144; at 64x1048576 they tied once v24 took a barrier a row out of the 4096 one's
-#: exchange (...-54cf7de0323a-held-group-no-barrier-ab.txt), and in the wide preset the 4096
-#: configuration was chosen at every width (2026-11-30-54cf7de0323a-wide.jsonl); below 65537
-#: columns every configuration ran 0.88-0.94x the single tile
-#: (probes/2026-11-30-476e7722a907-forward-group-below-held-row-ab.txt, ...-2c36f439a200-
-#: forward-group-config-sweep.txt).
+#: fits the device is a path of its own, offered beside the looped or split path and, up to
+#: HELD_ROW_MAX_N, the held row; below 65537 columns every configuration trailed the single tile
+#: (docs/design.md, Forward).
 HELD_GROUP_FORWARDS = (
     HeldGroupForward(slice_n=4096, ring=3, per_sm=6, warps=4),
     HeldGroupForward(slice_n=8192, ring=2, per_sm=4, warps=8),
@@ -67,10 +57,8 @@ SHARED_BYTES_RESERVED_PER_PROGRAM = 1024
 #: The held-row backward (gluon_kernels.rmsnorm_bwd_held_row_kernel): a row's x and dy staged
 #: whole in a shared-memory ring of HELD_BACKWARD_CHUNK-column slots (as many as fit, at least a
 #: row's), w in shared memory, the program's dw accumulator in registers (one variable a chunk,
-#: HELD_BACKWARD_MAX_CHUNKS at most), one program per SM, 16 or 32 warps (measured at the first
-#: call with the wide path). On the H200 (bf16, 2048-8192 rows of 20480-32768 columns) it ran
-#: 1.30-1.49x the wide path, 73-87% of the copy; at 512 rows and fewer, slower
-#: (results/nvidia-h200/probes/2026-11-30-72bc9566aa85-backward-held-row-ab.txt).
+#: HELD_BACKWARD_MAX_CHUNKS at most), one program per SM, 16 or 32 warps, offered beside the wide
+#: path: x and dy are read once, faster at many rows, slower at few (docs/design.md, Backward).
 HELD_BACKWARD_CHUNK = 8192
 HELD_BACKWARD_MAX_CHUNKS = 4
 HELD_BACKWARD_MAX_N = HELD_BACKWARD_CHUNK * HELD_BACKWARD_MAX_CHUNKS
@@ -97,20 +85,10 @@ class HeldGroupBackward(NamedTuple):
 #: The grouped held-row backward (gluon_kernels.rmsnorm_bwd_held_group_kernel), past
 #: HELD_BACKWARD_MAX_N: a group of programs shares each row, each holding a slice as the held
 #: row holds a row, the slices' sums exchanged through global memory; an ordinary launch. Each
-#: configuration here that fits the device is a path of its own, measured at the first call
-#: with the wide path. On the H200, 16384-column slices, 5 ring slots, 8 warps, 1 an SM (v20)
-#: ran 1.12-1.20x the wide path at 64-2048 rows of 65536-1048576 columns, 54-70% of the copy
-#: (results/nvidia-h200/probes/2026-11-30-efadf974d067-backward-held-group-ab.txt), and
-#: 1.07-1.14x that at 65536-262144 columns (70-79%) once each slice's sum and its row's tag
-#: travelled in one word, read early (...-f6e941568a02-backward-held-group-packed-ab.txt).
-#: Under that exchange 8192-column slices at 2 an SM ran 1.015-1.033x (v28; 512x65536 to
-#: 256x262144 and 2048x32768, bf16, and 512x65536 fp16: ...-762450216ee4-backward-group-configs-
-#: ab.txt), where under v20's they had not; at 2 an SM the registers are capped at 128
-#: (REGISTERS_PER_SM over 2 x 8 warps), which ptxas met without spilling at 24576-1048576
-#: columns, bf16 and fp16, with or without dh_out (Triton 3.6, `ptxas -v` offline:
-#: probes/2026-11-30-0e25331f7a64-grouped-backward-registers.txt, where uncapped it gave both
-#: configurations up to 183 registers). A row's programs are at most the SM count in either
-#: (_held_group_fits_device).
+#: configuration here that fits the device is a path of its own, offered beside the wide path.
+#: At 2 an SM the registers are capped at 128 (REGISTERS_PER_SM over 2 x 8 warps), which ptxas
+#: met without spilling at 24576-1048576 columns (docs/design.md, Backward). A row's programs
+#: are at most the SM count in either (_held_group_fits_device).
 HELD_GROUP_BACKWARDS = (
     HeldGroupBackward(chunk=4096, chunks=2, ring=5, per_sm=2, warps=8),
     HeldGroupBackward(chunk=8192, chunks=2, ring=5, per_sm=1, warps=8),
@@ -257,13 +235,8 @@ def held_group_backwards(x, dy, weight, dh_out) -> tuple[HeldGroupBackward, ...]
     serve these tensors: rows wider than HELD_BACKWARD_MAX_N, or at the held row's widths rows
     that fill the configuration's slices whole, that the held backwards can stage
     (_held_backward_can_stage), on a device where the configuration fits
-    (_held_group_fits_device). At the held row's widths, with 16384-column slices (v27), it ran
-    1.04x the held row at 2048x32768, 1.07-1.13x at 512-1024 rows and tied at 4096-8192; with
-    a part-filled last slice (16400-24576 columns) 0.64-0.88x, so no configuration is offered
-    where its last slice would be part-filled
-    (`probes/2026-11-30-014678a37819-backward-group-at-held-row-widths-ab.txt`); in 8192-column
-    slices (v28) 1.08x at 2048x32768, 1.21x at 512x32768, 1.03x at 4096x24576 and 0.99x at
-    2048x24576 (`...-db5abee84ea2-backward-group-at-held-row-widths-ab.txt`)."""
+    (_held_group_fits_device). No configuration is offered where its last slice would be
+    part-filled: that ran slower than the held row (docs/design.md, Backward)."""
     n = x.shape[1]
     if n <= backward_launch.BACKWARD_SINGLE_TILE_MAX_N or not _held_backward_can_stage(
         x, dy, weight, dh_out

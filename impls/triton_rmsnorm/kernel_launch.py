@@ -47,8 +47,8 @@ COMPILE_THREADS = 16
 
 def _compile_in_parallel(kernel, args: tuple, launches: list[tuple]) -> None:
     """Compile the kernel for every (grid, launch keywords) in launches before any is timed, on
-    a thread pool (Triton's AsyncCompileMode; its compiler releases the GIL: 42 forward
-    candidates compiled 1.7-1.8x faster on 2 cores, Triton 3.6 and 3.9). The first call of a
+    a thread pool (Triton's AsyncCompileMode; its compiler releases the GIL, so candidates
+    compile in parallel: docs/design.md, Dispatch). The first call of a
     shape class compiles up to ~100 candidates, one after another without this. A candidate
     that fails to compile is left to the timing loop, which compiles it again and skips it
     (tuning._UNRUNNABLE)."""

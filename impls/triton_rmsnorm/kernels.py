@@ -54,8 +54,8 @@ def rmsnorm_fwd_kernel(
 
     One program per tile (PERSISTENT False) runs the tile straight through, with no loop, and
     loads w after the row's reduction, so that the fp32 w is not live in registers while x is
-    loaded and reduced. Both measured faster on the H200 than a loop that runs once (perf log,
-    v12) and than w loaded first (15-25%, v11).
+    loaded and reduced. Both ran faster than a loop that runs once and than w loaded first
+    (docs/design.md, Forward).
 
     A persistent grid of a few programs per SM (PERSISTENT True) walks tiles pid,
     pid + programs, ...; with LOOP_STAGES >= 3 the loop keeps the next tiles' loads in flight
@@ -65,9 +65,9 @@ def rmsnorm_fwd_kernel(
     N is a compile-time constant, and so are the row strides when ROWS_CONTIGUOUS: a power-of-two
     N's column mask folds away and the row offsets become constant arithmetic. mean(x^2) is the
     sum times the correctly rounded constant 1/N (with a runtime N it was the hardware's
-    approximate reciprocal: the last bit may differ for N not a power of two). Measured 1-4%
-    faster per tile than runtime N and strides on copies of this kernel on the H200 (perf log,
-    v13); the cost is a binary per hidden size rather than per padded width.
+    approximate reciprocal: the last bit may differ for N not a power of two). Faster than a
+    runtime N and strides (docs/design.md, Forward); the cost is a binary per hidden size rather
+    than per padded width.
 
     With HOLD_STORAGE_FORM a tile holds x (or h) as loaded between its reduction and its
     scaling, and upcasts it again for the scaling through inline PTX, as rmsnorm_bwd_kernel
@@ -406,8 +406,7 @@ def rmsnorm_bwd_shifted_kernel(
 ):  # fmt: skip
     """rmsnorm_bwd_kernel for rows that do not start on 16 bytes (N odd, say), whose element
     loads the plain kernel cannot widen, nor its row loop stage through cp.async (4 bytes at
-    least): at 8192x4095 bf16 it ran at 49% of the copy against 85% at 4096 columns
-    (results/nvidia-h200/probes/2026-11-30-602c254d9e20-backward-odd-n-sweep.txt).
+    least), so the plain kernel runs such rows far below the copy (docs/design.md, Backward).
 
     The launcher guarantees 16-byte aligned bases and row strides equal modulo VEC, so row r
     starts (r * stride) % VEC elements past a 16-byte boundary in every tensor: its shift,

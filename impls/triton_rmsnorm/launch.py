@@ -251,10 +251,8 @@ def _forward_paths(m: int, n: int, device: torch.device) -> list:
 #: and dtype; on a GPU it is measured at the first call of each (N, M size class, dtypes).
 FORWARD_LOOPED_FROM_N = 16384
 #: Each path is timed this many times, every other pass in reverse order, its best time kept: a
-#: path chosen once is kept for the process. With one pass (2.5 ms of replays a path) the wide
-#: run at 6e0569859fab kept the two-step backward at 64x1048576 bf16 (168.8 µs) where fresh
-#: processes measured the grouped one at 144 µs against its 171, every time
-#: (`probes/2026-11-30-271ee64b6e0d-measured-path-choice-*.txt`).
+#: path chosen once is kept for the process, and with one pass a passing disturbance could
+#: decide it (docs/design.md, Dispatch).
 PATH_MEASURE_PASSES = 2
 
 

@@ -12,7 +12,7 @@ from . import common, direct, dispatch
 
 # Where kernels take a few microseconds the host sets the pace, and on the H200's host most of a
 # launcher call went to this module's path: checks, path choice, the tuning lookup, the direct
-# launch's key (perf log, "Host: replays"). So a single-tile call records its launches (its first
+# launch's key (docs/design.md, Host path). So a single-tile call records its launches (its first
 # call, after any tuning) and later calls with the same replay key repeat them with
 # fresh outputs. The key holds everything that decides the launches and their specialization:
 # shapes, row strides, dtypes, each input's 16-byte alignment, the device; outputs and scratch are

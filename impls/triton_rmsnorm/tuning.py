@@ -5,10 +5,8 @@ as harness.timing.time_device, written again here because the product does not i
 harness).
 
 Why not triton.autotune: it times each config with do_bench, one isolated call after a 256 MB
-memset that leaves the L2 full of dirty lines. On the H200 its pick and the device-only fastest
-config disagreed by up to 10% (forward, 512 x 8192) and its picks changed between processes at
-the narrow backward (262144 x 128: 2623 GB/s in one run, 3342 in another, the best config 3534);
-docs/perf-log.md, "v7".
+memset that leaves the L2 full of dirty lines: its pick disagreed with the device-only fastest
+config and changed between processes (docs/design.md, Dispatch).
 
 The copies keep each tensor's size, strides and 16-byte alignment (Triton specializes on it), so
 every copy runs the binary the real launch will run. Nothing is drawn from the RNG (copies are
