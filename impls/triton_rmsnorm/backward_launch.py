@@ -48,7 +48,7 @@ DW_REDUCE_FEW_ROWS_WIDE_WARPS = 8
 DW_REDUCE_FEW_ROWS_NARROW_WARPS = 4
 #: The two-role backward (kernels.rmsnorm_bwd_two_role_kernel: dx from row programs, dw from
 #: column programs beside them, one launch and no partials) is offered beside the single tile,
-#: and measured against it at the first call, for rows of TWO_ROLE_MIN_N to TWO_ROLE_MAX_N
+#: (the dispatch picks between them), for rows of TWO_ROLE_MIN_N to TWO_ROLE_MAX_N
 #: columns that the plain single tile takes, up to TWO_ROLE_MAX_ELEMENTS elements in all, and x
 #: and dy that take at most half the L2 (the column programs' second read of them should hit).
 #: Past that size each column program's walk over every row is the critical path; narrower rows

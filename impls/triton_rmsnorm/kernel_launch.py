@@ -48,7 +48,7 @@ COMPILE_THREADS = 16
 def _compile_in_parallel(kernel, args: tuple, launches: list[tuple]) -> None:
     """Compile the kernel for every (grid, launch keywords) in launches before any is timed, on
     a thread pool (Triton's AsyncCompileMode; its compiler releases the GIL, so candidates
-    compile in parallel: docs/design.md, Dispatch). The first call of a
+    compile in parallel: docs/design.md, Dispatch). A tuning of a
     shape class compiles up to ~100 candidates, one after another without this. A candidate
     that fails to compile is left to the timing loop, which compiles it again and skips it
     (tuning._UNRUNNABLE)."""

@@ -13,15 +13,15 @@ Paths, chosen by the hidden size N (and for wide rows by M), separately for each
   (row, chunk), in two launches.
 - held row (forward, 16-bit rows of SINGLE_TILE_MAX_N < N <= HELD_ROW_MAX_N, NVIDIA GPUs with
   Gluon): each row held on one SM in registers and shared memory (gluon_kernels.py), x read
-  once; measured against the looped or split path at the first call. The backward's held row
+  once; offered beside the looped or split path. The backward's held row
   (16-bit rows of BACKWARD_SINGLE_TILE_MAX_N < N <= HELD_BACKWARD_MAX_N) stages each row's x and
-  dy in shared memory and reads them once; measured against the wide path at the first call.
+  dy in shared memory and reads them once; offered beside the wide path.
 - held group (16-bit rows, forward past SINGLE_TILE_MAX_N, backward past HELD_BACKWARD_MAX_N,
   and at the held row's widths where the row fills whole slices): each row held by a group of
   programs, each staging a slice of it, the slices' sums exchanged through global memory (an
-  ordinary launch: programs join groups in start order and claim rows); measured at the first call beside the paths above (the forward in each
-  configuration of HELD_GROUP_FORWARDS).
-Where several paths can serve a call ("measured" above: forward rows of FORWARD_LOOPED_FROM_N
+  ordinary launch: programs join groups in start order and claim rows); offered beside the paths
+  above (the forward in each configuration of HELD_GROUP_FORWARDS).
+Where several paths can serve a call ("offered beside" above: forward rows of FORWARD_LOOPED_FROM_N
 < N <= SINGLE_TILE_MAX_N take the single tile or the looped path, say), the dispatch table picks
 one, with each tuned kernel's configuration (dispatch.py, _dispatch below); with no entry the
 default (the first offered) runs in its heuristic configuration, so the held rows never do.
@@ -234,8 +234,8 @@ def forward_paths(x, y, weight, has_residual: bool) -> list:
 
 
 def _forward_paths(m: int, n: int, device: torch.device) -> list:
-    """The forward paths that can serve [m, n], the default first; with several, a GPU measures
-    them at the first call (autotuning) and keeps the fastest."""
+    """The forward paths that can serve [m, n], the default first; with several, the dispatch
+    (dispatch.py) picks one."""
     if n <= FORWARD_LOOPED_FROM_N:
         return [_forward_single_tile]
     if not forward_is_looped(n):
@@ -248,7 +248,7 @@ def _forward_paths(m: int, n: int, device: torch.device) -> list:
 #: Rows wider than this and up to SINGLE_TILE_MAX_N can take either forward path: the single
 #: tile (x read once, but 32K-64K fp32 values a program strain registers) or the persistent
 #: looped kernel (x read twice, the second time mostly from L2). Which is faster depends on N, M
-#: and dtype; on a GPU it is measured at the first call of each (N, M size class, dtypes).
+#: and dtype: the dispatch table holds the pick of each (N, M size class, dtypes).
 FORWARD_LOOPED_FROM_N = 16384
 #: Each path is timed this many times, every other pass in reverse order, its best time kept: a
 #: path chosen once is kept for the process, and with one pass a passing disturbance could
@@ -334,8 +334,7 @@ def rmsnorm_backward(
 
 def _backward_launches(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool, dw) -> None:
     """The backward's kernels for x's width, then the dw partials' reduction into dw. Where
-    several paths can serve x (wide rows that fit the held row), a GPU measures them at the
-    first call, each with its reduction, and keeps the fastest."""
+    several paths can serve x (wide rows that fit the held row), the dispatch picks one."""
     args = (dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw)
     m, n = x.shape
     paths = _backward_paths(x, dy, weight, dh_arg if has_dh_out else None)
