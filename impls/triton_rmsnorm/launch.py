@@ -305,7 +305,7 @@ def rmsnorm_backward(
     one fp32 per row (and per 16384-wide chunk when rows are split; one int64 per 8192- or
     16384-wide slice instead when a group of programs holds each row); nothing else. dw is the
     partials' fp32 sum in a fixed order, rounded once. The two-role path (small shapes, where
-    the first call measures it faster) allocates dx and dw only: its column programs sum dw
+    the dispatch table picks it) allocates dx and dw only: its column programs sum dw
     over every row in fp32, in a fixed order.
     """
     offset = float(offset)
