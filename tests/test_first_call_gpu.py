@@ -187,8 +187,9 @@ def test_a_memory_cap_that_fits_a_steady_call_fits_the_first():
     assert "FIRST CALL FITS" in out and "CAP HOLDS" in out, out
 
 
-def test_two_threads_making_the_first_call_of_one_shape_get_the_same_bits(table_dispatch):
-    x, w, dy = _inputs(1024, _fresh_n(8192))
+def _step_in_two_threads(x, w, dy) -> list:
+    """_step(x, w, dy) made by two threads at once (released together by a barrier): each
+    thread's outputs; any thread's error fails the test."""
     barrier = threading.Barrier(2)
     results, errors = [None, None], []
 
@@ -206,6 +207,12 @@ def test_two_threads_making_the_first_call_of_one_shape_get_the_same_bits(table_
     for t in threads:
         t.join(timeout=300)
     assert not errors, errors
+    return results
+
+
+def test_two_threads_making_the_first_call_of_one_shape_get_the_same_bits(table_dispatch):
+    x, w, dy = _inputs(1024, _fresh_n(8192))
+    results = _step_in_two_threads(x, w, dy)
     later = _step(x, w, dy)
     for a, b, c in zip(results[0], results[1], later, strict=True):
         assert torch.equal(a, b) and torch.equal(a, c)
@@ -393,24 +400,8 @@ def test_the_tuning_stream_is_not_one_of_the_pooled_streams():
 
 def test_two_threads_tuning_one_new_class_get_the_same_bits():
     x, w, dy = _inputs(512, _fresh_n(4096))
-    barrier = threading.Barrier(2)
-    results, errors = [None, None], []
     with dispatch.tuning() as table:
-
-        def call(i):
-            try:
-                barrier.wait(timeout=60)
-                results[i] = _step(x, w, dy)
-                torch.cuda.synchronize()
-            except Exception as error:
-                errors.append(error)
-
-        threads = [threading.Thread(target=call, args=(i,)) for i in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=300)
-        assert not errors, errors
+        results = _step_in_two_threads(x, w, dy)
         assert len(table) == 2  # one forward and one backward entry: each tuned once
     for a, b in zip(*results, strict=True):
         assert torch.equal(a, b)
