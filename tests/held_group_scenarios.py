@@ -147,10 +147,19 @@ def hold_scenario(case: dict) -> dict:
     our call alone (median of 10), then `repeats` times beside a fresh holder; the record says
     whether every call released the holder itself (no host help), each call's time beside it,
     and the bits against the call alone."""
+    began = time.monotonic()
+
+    def progress(what: str) -> None:  # to stderr, so a killed run still says where it stood
+        print(
+            f"hold_scenario {time.monotonic() - began:7.2f} s: {what}", file=sys.stderr, flush=True
+        )
+
     call = call_of(case)
     reference = [t.clone() for t in call()]
     torch.cuda.synchronize()
+    progress("first call alone done (compiled)")
     alone = _time_alone(call)
+    progress(f"alone {alone:.3f} ms")
     side = torch.cuda.Stream()
     held = case["held"]
     flag = torch.zeros(2, dtype=torch.int32, pin_memory=True)
@@ -164,6 +173,7 @@ def hold_scenario(case: dict) -> dict:
         while int(started.sum()) < held and time.monotonic() < deadline:
             time.sleep(0.001)
         holder_started &= int(started.sum()) == held
+        progress(f"holder: {int(started.sum())} of {held} programs started")
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         released = torch.cuda.Event()
         start.record()
@@ -177,7 +187,9 @@ def hold_scenario(case: dict) -> dict:
         if not released.query():
             helped += 1
             flag[0] = 1  # the host releases the holder: our call waited on it
+            progress("our call did not release the holder: the host did")
         released.synchronize()
+        progress("released")
         side.synchronize()
         beside.append(start.elapsed_time(end))
         same_bits &= all(torch.equal(a, b) for a, b in zip(outputs, reference, strict=True))
