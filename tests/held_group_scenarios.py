@@ -164,6 +164,13 @@ def hold_scenario(case: dict) -> dict:
     held = case["held"]
     flag = torch.zeros(2, dtype=torch.int32, pin_memory=True)
     started = torch.zeros(held, dtype=torch.int32, pin_memory=True)
+    # Launch the release kernel once before any holder spins: under CUDA's lazy module loading
+    # (the default), a kernel's first launch loads its module, which can wait for the device
+    # to go idle, and the device never does while the holder spins (on the H200 each SM-holder
+    # run hung right after "holder started" until this warm-up was added).
+    _release[(1,)](flag)
+    torch.cuda.synchronize()
+    flag.zero_()
     beside, helped, same_bits, holder_started = [], 0, True, True
     for _ in range(case.get("repeats", 3)):
         flag.zero_()
@@ -179,8 +186,10 @@ def hold_scenario(case: dict) -> dict:
         start.record()
         outputs = call()
         end.record()
+        progress("our call queued")
         _release[(1,)](flag)
         released.record()
+        progress("release queued")
         deadline = time.monotonic() + HOLD_TIMEOUT_S
         while not released.query() and time.monotonic() < deadline:
             time.sleep(0.001)
