@@ -74,6 +74,12 @@ def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _short(reason: str) -> str:
+    """A not-run reason's status and first clause ("unavailable: X is not installed"); the
+    whole text is in the results file and in `harness.compare --from`."""
+    return ": ".join(reason.split(": ")[:2]).split(" (")[0]
+
+
 def mode_table(rows: list[dict], mode: str, op: str) -> str:
     """One line per backend of op: device-only and host-inclusive geomean GB/s over the cases
     every ranked backend ran, each timing's rank, % of the copy ceiling and the oracle's verdict
@@ -89,6 +95,8 @@ def mode_table(rows: list[dict], mode: str, op: str) -> str:
     headers += ["err/bound", "oracle"]
     body = []
     for backend in order:
+        if all(rankings[t].get(backend, {}).get("rank") in (None, "-") for t in timings):
+            continue  # nothing timed: the "Not measured" line says why
         first = next(rankings[t][backend] for t in timings if backend in rankings[t])
         line = [backend, first["cases"]]
         for t in timings:
@@ -103,8 +111,8 @@ def mode_table(rows: list[dict], mode: str, op: str) -> str:
         verdict = first["oracle"] + (" SUSPECT" if first["suspect"] else "")
         line += [_fmt(first["worst_bound_use"], ".2f"), verdict]
         body.append(line)
-    notes = sorted({f"{e['backend']}: {n}" for t in timings for e in rankings[t].values()
-                    for n in e["not_run"]})  # fmt: skip
+    notes = sorted({f"{e['backend']}: {_short(n)}" for t in timings
+                    for e in rankings[t].values() for n in e["not_run"]})  # fmt: skip
     text = _table(headers, body)
     return text + ("\n\nNot measured: " + "; ".join(notes) if notes else "")
 

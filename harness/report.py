@@ -191,7 +191,9 @@ def plot(rows: list[dict], path: str, title: str = "", op: str = "rmsnorm") -> N
         ax.set_visible(False)
     # one colour per backend on every panel (a panel without some backend keeps the others')
     backends = dict.fromkeys(r["backend"] for chosen in panels.values() for r in chosen)
+    # ten colours, then the same ten dashed, then dotted: up to 30 backends stay distinguishable
     colours = {backend: f"C{i % 10}" for i, backend in enumerate(backends)}
+    styles = {backend: ("-", "--", ":")[(i // 10) % 3] for i, backend in enumerate(backends)}
     for ax, ((mode, timing), chosen) in zip(axes.flat, panels.items(), strict=False):
         for backend in dict.fromkeys(r["backend"] for r in chosen):
             points = defaultdict(list)
@@ -200,7 +202,7 @@ def plot(rows: list[dict], path: str, title: str = "", op: str = "rmsnorm") -> N
                     points[r["n"] if axis == "n" else r["m"] * r["n"]].append(r["gbps"])
             xs = sorted(points)
             ax.plot(xs, [_geomean(points[x]) for x in xs], marker="o", ms=3, label=backend,
-                    color=colours[backend])  # fmt: skip
+                    color=colours[backend], ls=styles[backend])  # fmt: skip
         ceilings = {r.get("ceiling_gbps") for r in chosen if r.get("ceiling_gbps")}
         for c in ceilings:
             ax.axhline(c, color="k", ls="--", lw=0.8)
@@ -215,7 +217,8 @@ def plot(rows: list[dict], path: str, title: str = "", op: str = "rmsnorm") -> N
         ax.xaxis.set_tick_params(labelbottom=True)
     if backends:
         # every backend of the run, whichever panels it appears on
-        handles = [plt.Line2D([], [], color=colours[b], marker="o", ms=3) for b in backends]
+        handles = [plt.Line2D([], [], color=colours[b], ls=styles[b], marker="o", ms=3)
+                   for b in backends]  # fmt: skip
         axes.flat[0].legend(handles, list(backends), fontsize=8)
     fig.suptitle(title or "RMSNorm bandwidth (dashed: measured copy ceiling)")
     fig.tight_layout()
@@ -507,6 +510,7 @@ def plot_vs_n(rows: list[dict], path: str, timing: str = "device") -> None:
     fig, axes = plt.subplots(len(panels), 1, figsize=(9.0, 4.2 * len(panels)), squeeze=False)
     backends = dict.fromkeys(r["backend"] for r in rows)
     colours = {b: f"C{i % 10}" for i, b in enumerate(backends)}
+    styles = {b: ("-", "--", ":")[(i // 10) % 3] for i, b in enumerate(backends)}
     for ax, (op, mode) in zip(axes.flat, panels, strict=True):
         chosen = _plottable(rows, op, mode, timing)
         for backend in dict.fromkeys(r["backend"] for r in chosen):
@@ -516,7 +520,7 @@ def plot_vs_n(rows: list[dict], path: str, timing: str = "device") -> None:
                     points[r["n"]].append(r["gbps"])
             xs = sorted(points)
             ax.plot(xs, [_geomean(points[x]) for x in xs], marker="o", ms=3, label=backend,
-                    color=colours[backend])  # fmt: skip
+                    color=colours[backend], ls=styles[backend])  # fmt: skip
         ax.set_xscale("log", base=2)
         ax.set_title(f"{op} {mode}, {timing} timing: GB/s against N (geomean over M, dtypes)")
         ax.set_xlabel("N (hidden size; head_dim for qk-norm views)")
