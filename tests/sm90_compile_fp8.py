@@ -35,7 +35,8 @@ def compile_case(case: dict):
                   "SCALING": case["scaling"], "GROUP": BLOCK_GROUP,
                   "GROUPS": block_n // BLOCK_GROUP, "BLOCK_M": case.get("block_m", 1),
                   "BLOCK_N": block_n, "HAS_RESIDUAL": case["residual"], "CAST_IN_KERNEL": True,
-                  "ROWS_CONTIGUOUS": True}  # fmt: skip
+                  "ROWS_CONTIGUOUS": True,
+                  "RECIPROCAL": case.get("reciprocal", False)}  # fmt: skip
     signature, attrs = {}, {}
     for index, name in enumerate(kernel.arg_names):
         if name in pointers:

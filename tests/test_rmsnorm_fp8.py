@@ -304,3 +304,75 @@ def test_kernel_compiles_for_sm90_with_one_conversion_per_two_codes():
         key = "cvt e4m3x2" if case["fp8"] == "fp8e4nv" else "cvt e5m2x2"
         assert found[key] == per_thread // 2, (case, found)
         assert found["div.rn"] >= per_thread, (case, found)
+
+
+def _forward(x, w, scaling, scale=None, fp8_dtype=E4, reciprocal=False):
+    from impls.triton_rmsnorm.fp8 import rmsnorm_fp8_forward
+
+    q, s, _rstd, _h = rmsnorm_fp8_forward(x, w, EPS, 0.0, scaling, scale, fp8_dtype,
+                                          reciprocal=reciprocal)  # fmt: skip
+    return q, (scale if scaling == "per_tensor" else s)
+
+
+@pytest.mark.parametrize("fp8", list(FP8), ids=list(FP8))
+@pytest.mark.parametrize("scaling", ["per_token", "per_tensor", "block"])
+@pytest.mark.parametrize("shape", [(4, 127), (5, 130), (3, 1000)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_reciprocal_scaling_matches_oracle(shape, scaling, fp8):
+    """The RECIPROCAL variant (one division a scale, a multiply an element) passes the oracle,
+    and its scales are the exact variant's (only the codes may differ, next to ties)."""
+    inp = _inputs(shape, seed=shape[1] + 1)
+    dt = FP8[fp8]
+    scale = _static_scale(inp.x, inp.weight, dt) if scaling == "per_tensor" else None
+    q, s = _forward(inp.x, inp.weight, scaling, scale, dt, reciprocal=True)
+    _q_exact, s_exact = _forward(inp.x, inp.weight, scaling, scale, dt)
+    assert torch.equal(s, s_exact)
+    _assert_passes(check_fp8(q, s, inp.x, inp.weight, EPS, scaling=scaling, fp8_dtype=dt,
+                             static_scale=scale))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "static", [1e-40, 0.0, float("inf"), float("nan")], ids=["subnormal", "zero", "inf", "nan"]
+)
+def test_reciprocal_static_scale_edge_cases_divide_exactly(static):
+    """A static scale whose reciprocal is not finite (subnormal, 0, inf, NaN) takes the exact
+    division: the same codes as the exact variant, zero rows included (0 / s, not 0 * inf)."""
+    inp = _inputs((3, 200))
+    x = inp.x.clone()
+    x[1] = 0
+    scale = torch.tensor([static], dtype=torch.float32, device=x.device)
+    q, _ = _forward(x, inp.weight, "per_tensor", scale, reciprocal=True)
+    q_exact, _ = _forward(x, inp.weight, "per_tensor", scale)
+    assert torch.equal(q.view(torch.uint8), q_exact.view(torch.uint8))
+
+
+def test_reciprocal_nan_and_zero_rows():
+    inp = _inputs((4, 300))
+    x = inp.x.clone()
+    x[1, 7] = float("nan")
+    x[2] = 0
+    for scaling in ("per_token", "block"):
+        q, s = _forward(x, inp.weight, scaling, reciprocal=True)
+        qf = q.float()
+        assert torch.isnan(qf[1]).all() and not torch.isnan(qf[[0, 2, 3]]).any()
+        assert (qf[2] == 0).all()
+        _assert_passes(check_fp8(q, s, x, inp.weight, EPS, scaling=scaling, fp8_dtype=E4))
+
+
+def test_reciprocal_kernel_divides_once_a_scale_on_sm90():
+    """Compiled for sm_90, the RECIPROCAL variant keeps the conversions but divides once a
+    scale a thread holds (per token: the row's scale and its reciprocal; per tensor: the
+    reciprocal, plus the exact fallback's divisions in its branch; block: per group), where
+    the exact variant divides once a code."""
+    from tests import sm90_compile_fp8
+
+    cases = [{"scaling": s, "n": 4096, "warps": 16, "fp8": "fp8e4nv", "x": "bf16",
+              "residual": False, "reciprocal": r} for s in (0, 1, 2) for r in (False, True)]  # fmt: skip
+    found = sm90_compile_fp8.run(cases)
+    per_thread = 4096 // (32 * 16)
+    for case, exact, recip in zip(cases[::2], found[::2], found[1::2], strict=True):
+        assert recip["cvt e4m3x2"] == exact["cvt e4m3x2"] == per_thread // 2, (case, recip)
+        assert exact["div.rn"] >= per_thread, (case, exact)
+        if case["scaling"] == 1:  # the non-finite-reciprocal branch keeps the exact division
+            assert recip["div.rn"] <= per_thread + 1, (case, recip)
+        else:
+            assert recip["div.rn"] < per_thread, (case, recip)

@@ -90,13 +90,16 @@ def rmsnorm_fp8_forward(
     residual: torch.Tensor | None = None,
     scale_layout: str = "column_major",
     cast_in_kernel: bool | None = None,
+    reciprocal: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
     """(q, scales, rstd, h) for a 2-D x [M, N] with a contiguous last dimension; scales is None
     per tensor (the caller has it), h None without a residual. Allocates q, the scales, rstd
     (and h) only, so it can be captured in a CUDA graph once the kernel is compiled.
     cast_in_kernel: None (default) converts to fp8 in the kernel except under the interpreter;
     False stores the saturated fp32 values and converts them with torch (the GPU test compares
-    the two bitwise)."""
+    the two bitwise). reciprocal: multiply by one correctly rounded 1 / scale per scale instead
+    of dividing each element (fp8_kernels.rmsnorm_fp8_fwd_kernel's RECIPROCAL; an A/B option,
+    not yet the default: experiments/fp8_forward_ab.py measures it)."""
     launch._check_runnable(x)
     m, n = x.shape
     if n > FP8_MAX_N:
@@ -128,6 +131,7 @@ def rmsnorm_fp8_forward(
                 GROUPS=block_n // BLOCK_GROUP, BLOCK_M=block_m, BLOCK_N=block_n,
                 HAS_RESIDUAL=residual is not None, CAST_IN_KERNEL=cast_in_kernel,
                 ROWS_CONTIGUOUS=all(t.stride(0) == n for t in (x, q, r_arg, h_arg)),
+                RECIPROCAL=reciprocal,
             )  # fmt: skip
     if not cast_in_kernel:  # the interpreter's fp8 conversion is wrong: torch converts v
         q = q.to(fp8_dtype)

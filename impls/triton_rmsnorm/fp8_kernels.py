@@ -70,7 +70,14 @@ def rmsnorm_fp8_fwd_kernel(
     HAS_RESIDUAL: tl.constexpr,
     CAST_IN_KERNEL: tl.constexpr,
     ROWS_CONTIGUOUS: tl.constexpr = False,  # every row stride is N: the strides are ignored
+    RECIPROCAL: tl.constexpr = False,  # y * rn(1 / scale) instead of rn(y / scale) (see below)
 ):
+    """RECIPROCAL divides once per scale (a row, a block, the tensor) and multiplies each
+    element: rn(y * rn(1 / s)) is within 2 roundings (2**-23 relative) of y / s, so a code can
+    differ from the exact division's only next to a tie, inside the oracle's window (its
+    5-ulp constant term). A per-element div.rn.f32 is a long instruction sequence, which at
+    16-bit row widths may cost more than the memory traffic. A static scale whose reciprocal
+    overflows (s < 2**-126) is divided exactly, so that 0 / s stays 0 rather than 0 * inf."""
     if ROWS_CONTIGUOUS:  # constant row offsets, as rmsnorm_fwd_kernel's
         stride_x_row = N
         stride_q_row = N
@@ -95,10 +102,20 @@ def rmsnorm_fp8_fwd_kernel(
     if SCALING == 0:
         scale = _dynamic_scale(tl.reduce(tl.abs(y), 1, _max_propagating_nan), FP8_MAX)
         tl.store(SCALES + rows * stride_s_row, scale, mask=row_mask)
-        v = tl.math.div_rn(y, scale[:, None])
+        if RECIPROCAL:  # scale >= FLT_MIN: 1 / scale <= 2**126, finite (or NaN with the scale)
+            v = y * tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)[:, None]
+        else:
+            v = tl.math.div_rn(y, scale[:, None])
     elif SCALING == 1:
         scale = tl.load(STATIC_SCALE)
-        v = tl.math.div_rn(y, tl.full(y.shape, 0.0, tl.float32) + scale)
+        if RECIPROCAL:
+            inverse = tl.math.div_rn(scale * 0.0 + 1.0, scale)  # one division, a scalar
+            if inverse < float("inf"):  # False for inf and NaN: those divide exactly
+                v = y * inverse
+            else:
+                v = tl.math.div_rn(y, tl.full(y.shape, 0.0, tl.float32) + scale)
+        else:
+            v = tl.math.div_rn(y, tl.full(y.shape, 0.0, tl.float32) + scale)
     else:
         y3 = tl.reshape(y, [BLOCK_M, GROUPS, GROUP])
         scale = _dynamic_scale(tl.reduce(tl.abs(y3), 2, _max_propagating_nan), FP8_MAX)
@@ -106,7 +123,11 @@ def rmsnorm_fp8_fwd_kernel(
         group_mask = row_mask[:, None] & (groups < (N + GROUP - 1) // GROUP)[None, :]
         offsets = rows[:, None] * stride_s_row + groups[None, :] * stride_s_col
         tl.store(SCALES + offsets, scale, mask=group_mask)
-        v = tl.reshape(tl.math.div_rn(y3, scale[:, :, None]), [BLOCK_M, BLOCK_N])
+        if RECIPROCAL:
+            inverse = tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)
+            v = tl.reshape(y3 * inverse[:, :, None], [BLOCK_M, BLOCK_N])
+        else:
+            v = tl.reshape(tl.math.div_rn(y3, scale[:, :, None]), [BLOCK_M, BLOCK_N])
     v = tl.where(v > FP8_MAX, FP8_MAX, v)
     v = tl.where(v < -FP8_MAX, -FP8_MAX, v)
     q_ptrs = Q + rows[:, None] * stride_q_row + cols[None, :]
