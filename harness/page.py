@@ -117,6 +117,47 @@ def mode_table(rows: list[dict], mode: str, op: str) -> str:
     return text + ("\n\nNot measured: " + "; ".join(notes) if notes else "")
 
 
+def costs_table(rows: list[dict], op: str) -> str:
+    """The cost columns a run measured (harness.costs; none: ""), one line a backend, forward
+    and backward side by side: median host us a call, first call seconds (cold and warm
+    caches), batch invariance and cross-process determinism. `harness.compare --from` shows
+    each with its case counts and the first call's extra memory."""
+    from harness import report
+
+    modes = [m for m in ("fwd", "bwd") if report.has_costs(rows, op, m)]
+    if not modes:
+        return ""
+    entries = {m: {e["backend"]: e for e in report.cost_entries(rows, op, m)} for m in modes}
+    columns = [
+        ("host us", "host_us", ".1f"),
+        ("first s cold/warm", None, None),
+        ("batch-invariant", "batch", None),
+        ("deterministic", "deterministic", None),
+    ]
+    shown = [c for c in columns if any(_cost_cell(e, c) != "-" for m in modes
+                                       for e in entries[m].values())]  # fmt: skip
+    headers = ["backend"] + [f"{m} {c[0]}" for c in shown for m in modes]
+    body = []
+    for backend in dict.fromkeys(b for m in modes for b in entries[m]):
+        cells = [_cost_cell(entries[m].get(backend), c) for c in shown for m in modes]
+        if any(cell != "-" for cell in cells):
+            body.append([backend, *cells])
+    return _table(headers, body) if body else ""
+
+
+def _cost_cell(entry: dict | None, column: tuple) -> str:
+    if entry is None:
+        return "-"
+    _title, field, spec = column
+    if field is None:  # first call: cold/warm seconds
+        cold, warm = entry["first_cold_s"], entry["first_warm_s"]
+        return "-" if cold is None else f"{cold:.2f}/{_fmt(warm, '.2f')}"
+    value = entry[field]
+    if spec is not None:
+        return _fmt(value, spec)
+    return str(value).split(" (")[0]  # yes / no / -: the counts are in compare --from
+
+
 def versus_line(rows: list[dict], mode: str, timing: str, op: str) -> str:
     """Ours against the fastest peer that passed the oracle, per case, in one line."""
     from harness import report
@@ -228,6 +269,9 @@ def build_page(index: Path, out: Path, make_plots: bool = True) -> str:
                     lines += [f"### {op} {mode}", "", mode_table(rows, mode, op), ""]
                     versus = [versus_line(rows, mode, t, op) for t in report.timings_of(rows, mode)]
                     lines += [f"- {v}" for v in versus if v] + [""]
+                costs = costs_table(rows, op)
+                if costs:
+                    lines += [f"### {op}: costs per backend", "", costs, ""]
         elif path.suffix == ".json":
             lines += [f'<a id="run-{i}"></a>', "", f"## Run {i}: {e['run']}", "",
                       f"`{rel(path)}`: {e['what']}.", "", overhead_table(path), ""]  # fmt: skip
