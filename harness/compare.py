@@ -421,10 +421,11 @@ def estimate(
 
 
 def _recorded_pace(gpu: str | None, root: Path | None = None) -> tuple[float, str] | None:
-    """Seconds per step of the newest complete run on this GPU whose rows record when they
-    finished (rows' elapsed_s), and that file's name; None when no run does (runs committed
-    before rows carried elapsed_s do not). The runs: those results/<gpu>/INDEX.md lists and the
-    folder's other *.jsonl (a run copied in, not yet indexed); root: the results folder."""
+    """Seconds per step of the newest run on this GPU whose rows record when they finished
+    (rows' elapsed_s), and that file's name; a complete run first, else an interrupted one (its
+    steps so far); None when no run records it (runs committed before rows carried elapsed_s do
+    not). The runs: those results/<gpu>/INDEX.md lists and the folder's other *.jsonl (a run
+    copied in, not yet indexed); root: the results folder."""
     from harness import results
 
     root = root or Path(__file__).resolve().parent.parent / "results"
@@ -436,12 +437,15 @@ def _recorded_pace(gpu: str | None, root: Path | None = None) -> tuple[float, st
             continue
         times = [r["elapsed_s"] for r in rows if r.get("elapsed_s") is not None]
         steps = {(r.get("backend"), r.get("shape"), r.get("dtype")) for r in rows}
-        if provenance.get("complete") and times and steps:
+        if times and steps:
+            complete = bool(provenance.get("complete"))
+            name = path.name if complete else f"{path.name}, an interrupted run"
             # newest by start time: names sort by day, then by commit hash
-            paced.append((str(provenance.get("date") or ""), max(times) / len(steps), path.name))
+            date = str(provenance.get("date") or "")
+            paced.append((complete, date, max(times) / len(steps), name))
     if not paced:
         return None
-    _, seconds, name = max(paced)
+    *_, seconds, name = max(paced)
     return seconds, name
 
 

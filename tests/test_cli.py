@@ -207,8 +207,8 @@ def test_estimate_counts_steps_and_gives_a_rough_time():
 def test_the_estimate_takes_its_pace_from_the_runs_the_gpu_index_lists(capsys, tmp_path):
     """A run's rows record elapsed_s (seconds since it started); an estimate on that GPU takes
     its pace from the newest complete run that records it, among the runs results/<gpu>/INDEX.md
-    lists and the folder's *.jsonl, newest by start time. Runs without elapsed_s (those
-    committed before rows had it) or without their "complete" record give no pace."""
+    lists and the folder's *.jsonl, newest by start time; an interrupted run only when no
+    complete one has it. Runs without elapsed_s (those committed before rows had it) give none."""
     from harness import page
     from tests.test_harness import H200_SEED_RUN
 
@@ -239,7 +239,12 @@ def test_the_estimate_takes_its_pace_from_the_runs_the_gpu_index_lists(capsys, t
     assert compare._recorded_pace("NVIDIA H200", root=tmp_path) == (max(elapsed) / 2, name)
     index.unlink()  # the folder alone: runs/ is not in it, so the older run is the newest
     assert compare._recorded_pace("NVIDIA H200", root=tmp_path) == (1.0, older.name)
-    older.unlink()
+    older.unlink()  # no complete run with elapsed_s left: the interrupted one, named so
+    assert compare._recorded_pace("NVIDIA H200", root=tmp_path) == (
+        1.0,
+        f"{unfinished.name}, an interrupted run",
+    )
+    unfinished.unlink()  # only the run from before rows had elapsed_s
     assert compare._recorded_pace("NVIDIA H200", root=tmp_path) is None
     assert compare._recorded_pace("A GPU never measured", root=tmp_path) is None
 
