@@ -420,23 +420,49 @@ def estimate(
            "and torch.compile's first shapes take longer)"  # fmt: skip
 
 
-def _recorded_pace(gpu: str | None) -> tuple[float, str] | None:
-    """Seconds per step of the newest committed complete run on this GPU that records when its
-    rows finished (rows' elapsed_s), and that file's name."""
+def _recorded_pace(gpu: str | None, root: Path | None = None) -> tuple[float, str] | None:
+    """Seconds per step of the newest run on this GPU whose rows record when they finished
+    (rows' elapsed_s), and that file's name; a complete run first, else an interrupted one (its
+    steps so far); None when no run records it (runs committed before rows carried elapsed_s do
+    not). The runs: those results/<gpu>/INDEX.md lists and the folder's other *.jsonl (a run
+    copied in, not yet indexed); root: the results folder."""
     from harness import results
 
-    folder = Path(__file__).resolve().parent.parent / "results" / results.gpu_slug({"gpu": gpu})
-    folder = folder / "current"
-    for path in sorted(folder.glob("*.jsonl"), reverse=True):
+    root = root or Path(__file__).resolve().parent.parent / "results"
+    paced = []
+    for path in _pace_sources(root / results.gpu_slug({"gpu": gpu})):
         try:
             provenance, _, rows = results.load(path)
         except (OSError, ValueError):
             continue
         times = [r["elapsed_s"] for r in rows if r.get("elapsed_s") is not None]
-        steps = {(r["backend"], r["shape"], r["dtype"]) for r in rows}
-        if provenance.get("complete") and times and steps:
-            return max(times) / len(steps), path.name
-    return None
+        steps = {(r.get("backend"), r.get("shape"), r.get("dtype")) for r in rows}
+        if times and steps:
+            complete = bool(provenance.get("complete"))
+            name = path.name if complete else f"{path.name}, an interrupted run"
+            # newest by start time: names sort by day, then by commit hash
+            date = str(provenance.get("date") or "")
+            paced.append((complete, date, max(times) / len(steps), name))
+    if not paced:
+        return None
+    *_, seconds, name = max(paced)
+    return seconds, name
+
+
+def _pace_sources(folder: Path) -> list[Path]:
+    """The .jsonl runs the folder's INDEX.md lists, and the folder's own *.jsonl."""
+    from harness import page
+
+    listed: list[Path] = []
+    index = folder / "INDEX.md"
+    if index.is_file():
+        try:
+            listed = [row["path"] for row in page.read_index(index)]
+        except (OSError, ValueError):  # an index that does not parse still leaves the folder
+            listed = []
+    found = {p.resolve(): p for p in [*listed, *folder.glob("*.jsonl")]
+             if p.suffix == ".jsonl" and p.is_file()}  # fmt: skip
+    return sorted(found.values())
 
 
 def _duration(seconds: float) -> str:

@@ -30,6 +30,9 @@ TIMINGS = ("host", "device")
 
 #: A bandwidth more than this factor above the measured copy ceiling is flagged as suspect.
 SUSPECT_ABOVE_CEILING = 1.05
+#: A step that built a backend and left at least this much more device memory allocated than it
+#: found (after dropping its callable) gets a full gc.collect(): see _release.
+COLLECT_LEFT_BEHIND_BYTES = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -260,12 +263,16 @@ def _backend_rows(backend, shape, dtype, device, sets, ref, floors, config):
     check = None
     fn = None
     costs: dict = {}
+    built = reason is None  # a step that cannot run builds nothing, so has nothing to free
+    raised = False
+    held_before = torch.cuda.memory_allocated() if built else 0
     if reason is None:
         try:
             fn = backend.build()
             check = check_backend(backend, fn, sets[0], ref=ref)
         except Exception as exc:
             reason = f"error: {error_text(exc)}"
+            raised = True
         # the check's launches: what "check" rows record; each timed row records its own
         check_launch = _launch_configs(backend)
     if reason is None and config.costs:
@@ -299,14 +306,17 @@ def _backend_rows(backend, shape, dtype, device, sets, ref, floors, config):
             try:
                 t = _time_mode(backend, fn, mode, timing, sets)
             except Exception as exc:
+                raised = True
                 _recover()
                 _launch_configs(backend)  # not this row's: the next row records its own
                 yield {**row, "status": "error", "reason": error_text(exc)}
                 continue
             yield {**row, "status": "ok", "reason": None, "ms": t.ms, "p20": t.p20, "p80": t.p80,
                    "launch": _launch_configs(backend)}  # fmt: skip
-    del fn
-    _free()
+    raised = raised or (check is not None and check.error is not None)
+    del fn, check
+    if built:
+        _release(raised, held_before)
 
 
 def _add_bandwidth(row: dict, ceiling: float | None, m: int, n: int, es: int) -> None:
@@ -327,7 +337,21 @@ def _recover() -> None:
             torch.cuda.synchronize()
 
 
+def _release(raised: bool, held_before: int) -> None:
+    """After a step that built a backend: hand the allocator's cached blocks back, so the next
+    backend starts from the same free memory, and collect reference cycles only where they may
+    hold device memory (a full gc.collect() costs a good fraction of a second in a process that
+    has imported torch, CuTe DSL and FlashInfer; the end of each case still does one)."""
+    # Refcounting already freed what the step dropped; a raise (its traceback keeps frames and
+    # their tensors) or memory left allocated (a cycle may hold it) is what a collect can free.
+    left = torch.cuda.memory_allocated() - held_before
+    if raised or left >= COLLECT_LEFT_BEHIND_BYTES:
+        gc.collect()
+    torch.cuda.empty_cache()  # a no-op until CUDA is initialized
+
+
 def _free() -> None:
+    """After a case (its inputs dropped) or a case whose inputs could not be made: everything."""
     gc.collect()
     if _on_cuda():
         torch.cuda.empty_cache()

@@ -204,6 +204,57 @@ def test_estimate_counts_steps_and_gives_a_rough_time():
     assert "no earlier run on this GPU records its pace" in unknown
 
 
+def test_the_estimate_takes_its_pace_from_the_runs_the_gpu_index_lists(capsys, tmp_path):
+    """A run's rows record elapsed_s (seconds since it started); an estimate on that GPU takes
+    its pace from the newest complete run that records it, among the runs results/<gpu>/INDEX.md
+    lists and the folder's *.jsonl, newest by start time; an interrupted run only when no
+    complete one has it. Runs without elapsed_s (those committed before rows had it) give none."""
+    from harness import page
+    from tests.test_harness import H200_SEED_RUN
+
+    folder = tmp_path / results.gpu_slug({"gpu": "NVIDIA H200"})
+    name = "2026-12-02-0123456789ab-decode.jsonl"
+    argv = ["--backends", "eager", "--shape", "8x64", "16x64", "--dtypes", "fp32", "--modes",
+            "fwd", "--timing", "check", "--out", str(folder / "runs" / name)]  # fmt: skip
+    assert compare_main(argv) == 0
+    capsys.readouterr()
+    _, _, rows = results.load(folder / "runs" / name)
+    elapsed = [r["elapsed_s"] for r in rows]
+    assert len(rows) == 2 and all(e >= 0 for e in elapsed)
+
+    lines = H200_SEED_RUN.read_text().splitlines()
+    committed = folder / "2026-12-03-0123456789ab-seed.jsonl"  # complete, no elapsed_s
+    committed.write_text("\n".join(lines) + "\n")
+    unfinished = folder / "2026-12-04-0123456789ab-wide.jsonl"  # elapsed_s, never completed
+    paced = [json.dumps({**json.loads(line), "elapsed_s": 1.0}) for line in lines[2:5]]  # 1 step
+    unfinished.write_text("\n".join([*lines[:2], *paced]) + "\n")
+    older = folder / "2026-12-02-ffffffffffff-older.jsonl"  # sorts after `name`, started before
+    older.write_text("\n".join([json.dumps({**json.loads(lines[0]), "date": "2020-01-01"}),
+                                 *paced, json.dumps({"kind": "complete", "rows": 3})]) + "\n")  # fmt: skip
+    index = folder / "INDEX.md"
+    index.write_text(f"| run | file | plot | what |\n|---|---|---|---|\n"
+                     f"| decode | runs/{name} | - | a run kept in a subfolder |\n"
+                     f"| seed | {committed.name} | - | from before rows had elapsed_s |\n")  # fmt: skip
+
+    assert compare._recorded_pace("NVIDIA H200", root=tmp_path) == (max(elapsed) / 2, name)
+    index.unlink()  # the folder alone: runs/ is not in it, so the older run is the newest
+    assert compare._recorded_pace("NVIDIA H200", root=tmp_path) == (1.0, older.name)
+    older.unlink()  # no complete run with elapsed_s left: the interrupted one, named so
+    assert compare._recorded_pace("NVIDIA H200", root=tmp_path) == (
+        1.0,
+        f"{unfinished.name}, an interrupted run",
+    )
+    unfinished.unlink()  # only the run from before rows had elapsed_s
+    assert compare._recorded_pace("NVIDIA H200", root=tmp_path) is None
+    assert compare._recorded_pace("A GPU never measured", root=tmp_path) is None
+
+    # the committed index parses, and every run it lists is a source
+    h200 = H200_SEED_RUN.parent
+    listed = {row["path"].name for row in page.read_index(h200 / "INDEX.md")}
+    assert {p.name for p in compare._pace_sources(h200)} >= {n for n in listed
+                                                              if n.endswith(".jsonl")}  # fmt: skip
+
+
 def test_triton_before_3_7_with_numpy_2_4_is_named_with_its_fix():
     assert "triton>=3.7" in interpreter.interpreter_problem((3, 6), (2, 4))
     assert interpreter.interpreter_problem((3, 7), (2, 4)) is None
