@@ -45,3 +45,26 @@ def test_in_short_stops_at_the_next_block(tmp_path):
     targets = tmp_path / "targets.md"
     targets.write_text("# t\n\n**In short** a\n1. b\n\n**What each run** c\n| x |\n")
     assert page.in_short(targets) == "**In short** a\n1. b"
+
+
+def _cost_row(backend, mode, **fields):
+    return {"backend": backend, "op": "rmsnorm", "mode": mode, "shape": "16x4096",
+            "dtype": "bf16", "timing": "device", **fields}  # fmt: skip
+
+
+def test_costs_table_shows_what_was_measured_and_drops_the_rest():
+    rows = [
+        _cost_row("triton", "fwd", host_us=44.7, batch_invariant=True),
+        _cost_row("triton", "bwd", host_us=126.1, batch_invariant=False, batch_diff=11),
+        _cost_row("torch", "fwd", host_us=20.7, batch_invariant=True),
+        _cost_row("vllm", "fwd"),  # not installed: no cost fields
+    ]
+    text = page.costs_table(rows, "rmsnorm")
+    lines = text.splitlines()
+    assert lines[0] == ("| backend | fwd host us | bwd host us | fwd batch-invariant "
+                        "| bwd batch-invariant |")  # fmt: skip
+    assert "| triton | 44.7 | 126.1 | yes | no |" in lines
+    assert "| torch | 20.7 | - | yes | - |" in lines
+    assert not any("vllm" in line for line in lines)  # nothing measured: no line
+    assert "first s" not in text  # no first-call columns were measured
+    assert page.costs_table([_cost_row("torch", "fwd")], "rmsnorm") == ""
