@@ -25,6 +25,7 @@ for the shifted kernels how many 16-byte global loads, cp.async copies and store
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import sys
@@ -67,7 +68,8 @@ def compile_ptx(case: dict) -> str:
         kernel = kernels.rmsnorm_fwd_kernel
         pointer_types = {"X": x, "W": x, "Y": x, "RSTD": "fp32", "R": x, "H": x}
         constexprs = {"N": case["block_n"], "HAS_RESIDUAL": case["extra"],
-                      "PERSISTENT": case["persistent"], "ROWS_CONTIGUOUS": True}  # fmt: skip
+                      "PERSISTENT": case["persistent"], "ROWS_CONTIGUOUS": True,
+                      "W_EARLY": case.get("w_early", False)}  # fmt: skip
     constexprs.update(BLOCK_M=1, BLOCK_N=case["block_n"], LOOP_STAGES=stages,
                       HOLD_STORAGE_FORM=case["hold"])  # fmt: skip
     options = {"num_warps": case["warps"], "num_stages": stages}
@@ -185,6 +187,9 @@ def _barriers_in_polls_and_fallback(ptx: str) -> int:
     return sum(bool(synced.search(line)) for line in lines[start : end + 1])
 
 
+_EMPTY = inspect.Parameter.empty
+
+
 def _ptx(kernel, pointer_types: dict, constexprs: dict, options: dict, divisible=()) -> str:
     """The kernel's PTX for sm_90: pointers 16-byte aligned, eps and offset fp32, other scalars
     i32 (those named in divisible marked divisible by 16)."""
@@ -193,6 +198,10 @@ def _ptx(kernel, pointer_types: dict, constexprs: dict, options: dict, divisible
     from triton.compiler import ASTSource
 
     signature, attrs = {}, {}
+    constexprs = dict(constexprs)
+    for param in kernel.params:  # a defaulted constexpr left out takes its default, as at launch
+        if param.is_constexpr and param.name not in constexprs and param.default is not _EMPTY:
+            constexprs[param.name] = param.default
     for index, name in enumerate(kernel.arg_names):
         if name in pointer_types:
             signature[name] = "*" + pointer_types[name]
@@ -257,6 +266,13 @@ def main(cases: list[dict]) -> list[dict]:
             found["vector loads"] = ptx.count("ld.global.v4.b32")
             found["staged vectors"] = ptx.count("cp.async.cg.shared.global")
             found["vector stores"] = ptx.count("st.global.v4.b32")
+        if (
+            case["kernel"] == "fwd" and "w_early" in case
+        ):  # W_EARLY issues w's loads before the reduction's shuffles
+            first_shuffle = ptx.find("shfl.sync")
+            found["loads before the reduction"] = len(
+                re.findall(r"ld\.global", ptx[: first_shuffle if first_shuffle >= 0 else None])
+            )
         report.append(found)
     return report
 

@@ -282,6 +282,35 @@ def test_single_tile_forward_grids_match_the_oracle(monkeypatch, programs_per_sm
     torch.testing.assert_close(rstd, want_rstd, rtol=1e-5, atol=0)
 
 
+@pytest.mark.parametrize("offset", [0.0, 1.0], ids=["llama", "gemma"])
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+def test_one_program_an_sm_loads_w_early_with_the_same_bits(monkeypatch, residual, offset):
+    """W_EARLY: one program per tile loads w before the reduction where the grid is at most one
+    program an SM (10 tiles, 64 SMs), and after it where more programs than SMs can hide the
+    latency (10 tiles, 2 SMs), never in a persistent grid; the arithmetic is the same, so y,
+    rstd (and h) are bitwise the same either way."""
+    from impls.triton_rmsnorm import common, launch
+
+    m, n = _TILE_TEST_M, _TILE_TEST_N
+    a, b = make_inputs((m, n), torch.bfloat16, DEVICE), make_inputs((m, n), torch.bfloat16, DEVICE)
+    outputs = {}
+    for sms, persistent in ((2, 0), (64, 0), (64, 1)):
+        monkeypatch.setattr(common, "_programs_cap", lambda device, sms=sms: sms)
+        r, h = (b.x, torch.full_like(a.x, float("nan"))) if residual else (a.x, a.x)
+        y = torch.full_like(a.x, float("nan"))
+        rstd = torch.full((m,), float("nan"), device=DEVICE)
+        args = launch._single_tile_forward_args(a.x, a.weight, y, rstd, r, h, (n,) * 4, a.eps,
+                                                offset)  # fmt: skip
+        _grid, meta = _launch_single_tile_forward(args, persistent, residual)
+        assert meta["W_EARLY"] == (sms == 64 and not persistent), (sms, persistent, meta)
+        outputs[(sms, persistent)] = (y, rstd, h if residual else None)
+    late, early, looped = outputs[(2, 0)], outputs[(64, 0)], outputs[(64, 1)]
+    for got in (early, looped):
+        for one, other in zip(late, got, strict=True):
+            assert one is None or torch.equal(one, other)
+    assert not torch.isnan(early[0]).any()
+
+
 @pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
 @pytest.mark.parametrize("programs_per_sm", [0, 1], ids=["per-tile", "persistent"])
 def test_contiguous_rows_take_constant_strides(monkeypatch, programs_per_sm, residual):
@@ -407,3 +436,15 @@ def test_pipelined_loops_with_a_residual(monkeypatch, stages, shape):
     forward = launched["rmsnorm_fwd_kernel"]
     if _stages_fit("rmsnorm_fwd_kernel", forward, launch.block_size(shape[1]), stages, 2 * 2):
         assert forward["LOOP_STAGES"] == stages
+
+
+def test_w_early_issues_ws_loads_before_the_reduction_on_sm90():
+    """Compiled for sm_90 (no GPU needed), the per-tile forward with W_EARLY issues w's loads
+    with x's, before the reduction's first shuffle; without it only x's come first."""
+    from tests import sm90_compile
+
+    case = {"kernel": "fwd", "x": "bf16", "stages": 1, "block_n": 4096, "extra": False,
+            "persistent": False, "hold": False, "warps": 8}  # fmt: skip
+    late, early = sm90_compile.run([{**case, "w_early": False}, {**case, "w_early": True}])
+    assert late["loads before the reduction"] == 2, late  # x: two 16-byte vectors a thread
+    assert early["loads before the reduction"] == 4, early  # x and w

@@ -47,6 +47,7 @@ def rmsnorm_fwd_kernel(
     LOOP_STAGES: tl.constexpr,  # software pipelining of the tile loop (see rmsnorm_bwd_kernel)
     ROWS_CONTIGUOUS: tl.constexpr = False,  # every row stride is N: the strides are ignored
     HOLD_STORAGE_FORM: tl.constexpr = False,  # wide rows on a GPU only (inline PTX; see below)
+    W_EARLY: tl.constexpr = False,  # one program per tile: load w with x (see below)
 ):
     """BLOCK_M whole rows per tile: read x (and r) once, write y (and h) once, one fp32 rstd
     per row. With BLOCK_M = 1 and one program per tile this is the seed design, one program
@@ -61,6 +62,12 @@ def rmsnorm_fwd_kernel(
     pid + programs, ...; with LOOP_STAGES >= 3 the loop keeps the next tiles' loads in flight
     (cp.async into shared memory) while a tile computes, as QuACK stages x through shared
     memory. Each program loads w once, before its loop.
+
+    W_EARLY (one program per tile) loads w before x's reduction instead of after it: where the
+    grid is at most one program an SM (decode-sized M), no other program hides a memory
+    latency, and loading w after the reduction puts a second one on the critical path. The
+    launcher sets it from the grid (configs._kernel_grid_and_meta); the arithmetic is the same,
+    so the bits are too.
 
     N is a compile-time constant, and so are the row strides when ROWS_CONTIGUOUS: a power-of-two
     N's column mask folds away and the row offsets become constant arithmetic. mean(x^2) is the
@@ -92,11 +99,16 @@ def rmsnorm_fwd_kernel(
             _fwd_tile_store(Y, RSTD, rows, cols, x, rstd, w, stride_y_row, M, N, HOLD_STORAGE_FORM)
     else:
         tile = tl.program_id(0).to(tl.int64)  # tile * BLOCK_M passes 2**31 for M >= 2**31 rows
+        if W_EARLY:
+            w_early = tl.load(W + cols, mask=col_mask, other=0.0)
         rows, x, rstd = _fwd_tile_reduce(
             tile, X, R, H, stride_x_row, stride_r_row, stride_h_row, M, N, eps, cols,
             BLOCK_M, HAS_RESIDUAL, HOLD_STORAGE_FORM,
         )  # fmt: skip
-        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
+        if W_EARLY:
+            w = w_early.to(tl.float32) + offset
+        else:
+            w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
         _fwd_tile_store(Y, RSTD, rows, cols, x, rstd, w, stride_y_row, M, N, HOLD_STORAGE_FORM)
 
 
