@@ -186,12 +186,22 @@ def _barriers_in_polls_and_fallback(ptx: str) -> int:
 
 
 def _ptx(kernel, pointer_types: dict, constexprs: dict, options: dict, divisible=()) -> str:
-    """The kernel's PTX for sm_90: pointers 16-byte aligned, eps and offset fp32, other scalars
-    i32 (those named in divisible marked divisible by 16)."""
+    """The kernel's PTX for sm_90: pointers 16-byte aligned, eps and offset fp32, constexprs
+    not given at their defaults (as a launch that leaves them out), other scalars i32 (those
+    named in divisible marked divisible by 16)."""
+    import inspect
+
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    defaults = {
+        p.name: p.default
+        for p, param in zip(inspect.signature(kernel.fn).parameters.values(), kernel.params,
+                            strict=True)
+        if param.is_constexpr and p.default is not inspect.Parameter.empty
+    }  # fmt: skip
+    constexprs = {**defaults, **constexprs}
     signature, attrs = {}, {}
     for index, name in enumerate(kernel.arg_names):
         if name in pointer_types:
