@@ -191,8 +191,9 @@ _EMPTY = inspect.Parameter.empty
 
 
 def _ptx(kernel, pointer_types: dict, constexprs: dict, options: dict, divisible=()) -> str:
-    """The kernel's PTX for sm_90: pointers 16-byte aligned, eps and offset fp32, other scalars
-    i32 (those named in divisible marked divisible by 16)."""
+    """The kernel's PTX for sm_90: pointers 16-byte aligned, eps and offset fp32, constexprs
+    not given at their defaults (as a launch that leaves them out), other scalars i32 (those
+    named in divisible marked divisible by 16)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource

@@ -17,6 +17,7 @@ from .common import (
     cdiv,
     next_power_of_2,
     rows_are_split,
+    two_level_switches,
 )
 from .kernel_launch import _launch_fixed
 
@@ -92,7 +93,9 @@ def dw_reduce_tile(rows: int, n: int, device: torch.device) -> tuple[int, int, i
 
 
 def _backward_single_tile(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool, dw):
-    m, n = x.shape
+    """x [M, N], or [outer, heads, N] read in two levels (common.two_level_switches: the plain
+    kernel, backward_row_period being 1 there)."""
+    m, n = dx.shape
     block_n = block_size(n)
     period = backward_row_period(x, dy, dh_arg if has_dh_out else None)
     programs, rows_per_program = _single_tile_backward_grid(m, x.device, period)
@@ -107,6 +110,8 @@ def _backward_single_tile(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: b
     }
     if period > 1:
         switches.update(_shift_constants(n, x.element_size(), period))
+    else:
+        switches.update(two_level_switches(x))
     kernel_launch._launch(
         "rmsnorm_bwd_shifted_kernel" if period > 1 else "rmsnorm_bwd_kernel", (programs,), *args,
         dtypes=(x.dtype, weight.dtype, dy.dtype, dh_arg.dtype), **switches,
@@ -168,7 +173,10 @@ def _two_role_backward_args(
 
 
 def backward_row_period(x: torch.Tensor, dy: torch.Tensor, dh_out: torch.Tensor | None) -> int:
-    """_row_period of the single-tile backward's rows: x, dy, dh_out (and dx, contiguous)."""
+    """_row_period of the single-tile backward's rows: x, dy, dh_out (and dx, contiguous); 1
+    for x [outer, heads, N], whose rows the plain kernel reads in two levels."""
+    if x.dim() == 3:
+        return 1
     return _row_period(x.shape[0], x.shape[1], (x, dy) if dh_out is None else (x, dy, dh_out))
 
 
@@ -198,11 +206,12 @@ def _single_tile_backward_grid(m: int, device: torch.device, period: int = 1) ->
 def _single_tile_backward_args(
     dy, x, weight, rstd, offset, dx, dh_arg, dw_partial, rows_per_program
 ) -> tuple:
-    """rmsnorm_bwd_kernel's arguments before its constexprs (launch and replay share them)."""
-    m, n = x.shape
+    """rmsnorm_bwd_kernel's arguments before its constexprs (launch and replay share them); x's
+    row stride is its head stride when x is [outer, heads, N]."""
+    m, n = dx.shape
     return (
         x, weight, dy, rstd, dx, dw_partial, dh_arg,
-        x.stride(0), dy.stride(0), dx.stride(0), dh_arg.stride(0), m, n, rows_per_program,
+        x.stride(-2), dy.stride(0), dx.stride(0), dh_arg.stride(0), m, n, rows_per_program,
         offset, m.bit_length(),
     )  # fmt: skip
 

@@ -70,6 +70,25 @@ def rows_are_split(m: int, device: torch.device) -> bool:
     return m < _programs_cap(device)
 
 
+def rows_and_width(x: torch.Tensor) -> tuple[int, int]:
+    """(M, N) of a launcher's x: [M, N], or [outer, heads, N], whose outer * heads rows are read
+    in two levels (two_level_switches)."""
+    if x.dim() == 2:
+        return x.shape
+    outer, heads, n = x.shape
+    return outer * heads, n
+
+
+def two_level_switches(x: torch.Tensor) -> dict:
+    """The plain single-tile kernels' HEADS and STRIDE_X_OUTER (kernels.rmsnorm_fwd_kernel) for
+    x [outer, heads, N]: row r = (r // heads, r % heads), at x.stride(1) within its group of
+    heads and x.stride(0) between groups, rows no one stride describes (a [tokens, heads,
+    head_dim] view of a packed QKV projection). None for x [M, N]."""
+    if x.dim() == 2:
+        return {}
+    return {"HEADS": x.shape[1], "STRIDE_X_OUTER": x.stride(0)}
+
+
 def check_hidden_size(n: int) -> None:
     if n > MAX_N:
         raise ValueError(f"x: hidden size (last dimension) N={n} exceeds {MAX_N} (int32 columns)")

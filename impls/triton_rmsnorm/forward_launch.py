@@ -14,6 +14,7 @@ from .common import (
     block_size,
     cdiv,
     next_power_of_2,
+    two_level_switches,
 )
 from .configs import _tile_programs
 
@@ -34,7 +35,9 @@ def forward_is_looped(n: int) -> bool:
 
 
 def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
-    m, n = x.shape
+    """x [M, N], or [outer, heads, N] read in two levels (common.two_level_switches; the plain
+    kernel only: such rows are not grouped by their 16-byte residue)."""
+    m, n = y.shape
     args = _single_tile_forward_args(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset)
     switches = {
         "BLOCK_N": block_size(n),
@@ -42,7 +45,7 @@ def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset,
         "HOLD_STORAGE_FORM": forward_holds_storage_form(block_size(n), x.dtype),
     }
     dtypes = (x.dtype, weight.dtype, y.dtype)
-    period = _row_period(m, n, (x, y, r_arg, h_arg))
+    period = 1 if x.dim() == 3 else _row_period(m, n, (x, y, r_arg, h_arg))
     if period > 1 and block_size(n) >= SHIFTED_FORWARD_FROM_BLOCK_N:
         kernel_launch._launch(
             "rmsnorm_fwd_shifted_kernel",
@@ -53,6 +56,7 @@ def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset,
     kernel_launch._launch(
         "rmsnorm_fwd_kernel", lambda meta: (_tile_programs(m, meta, x.device),), *args,
         dtypes=dtypes, ROWS_CONTIGUOUS=all(stride == n for stride in strides), **switches,
+        **two_level_switches(x),
     )  # fmt: skip
 
 
@@ -76,8 +80,9 @@ def forward_holds_storage_form(block_n: int, x_dtype: torch.dtype) -> bool:
 
 def _single_tile_forward_args(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset) -> tuple:
     """rmsnorm_fwd_kernel's leading arguments, up to ROWS_BUCKET (launch and replay share
-    them); N among them is a constexpr, passed by position like the rest."""
-    m, n = x.shape
+    them); N among them is a constexpr, passed by position like the rest. y is [M, N] (x may be
+    [outer, heads, N])."""
+    m, n = y.shape
     return (x, weight, y, rstd, r_arg, h_arg, *strides, m, n, eps, offset, m.bit_length())
 
 

@@ -76,11 +76,54 @@ def check_scalars(eps: float, offset: float) -> None:
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
-    """A 2-D [M, N] view of t; rows may be strided. Copied (once) only when the last dimension
-    itself is not contiguous, which the kernels cannot address. A 2-D t is used as it is (no
-    reshape: each tensor op costs host time at small shapes)."""
+    """t's rows as a 2-D [M, N] tensor, a view of t where the kernels can address one: its last
+    dimension contiguous and, for t of more than 2 dimensions, its leading dimensions merging
+    into one row stride (t.reshape makes a view: slices of wider rows, say). Otherwise a
+    contiguous copy (one): a last dimension that is not contiguous, or leading dimensions that
+    do not merge, such as a [tokens, heads, head_dim] view of a packed QKV projection (the
+    forward's x avoids that copy: _x_rows). A 2-D t is used as it is (no reshape: each tensor op
+    costs host time at small shapes)."""
     t2d = t if t.dim() == 2 else t.reshape(-1, t.shape[-1])
     return t2d if t2d.stride(-1) == 1 else t2d.contiguous()
+
+
+def _x_rows(x: torch.Tensor) -> torch.Tensor:
+    """x's rows as the kernels read them, for a call without a residual: _rows(x), except where
+    x's leading dimensions do not merge into one row stride but do into two, (outer, heads),
+    over unit-stride rows of at most launch.TWO_LEVEL_MAX_N columns: the per-head norm of a
+    packed projection, q = qkv[:, :4096].view(tokens, 32, 128) (row r at (r // 32) * 6144 +
+    (r % 32) * 128). There a [outer, heads, N] view of x, which the forward and the backward read
+    in place (launch.rmsnorm_forward); _rows would copy it. Other layouts that do not merge
+    (three levels or more) are copied as _rows copies them."""
+    if x.dim() > 2 and not x.is_contiguous():
+        levels = _two_levels(x)
+        if levels is not None:
+            return x if x.dim() == 3 else x.view(*levels, x.shape[-1])
+    return _rows(x)
+
+
+def _two_levels(x: torch.Tensor) -> tuple[int, int] | None:
+    """(outer, heads) where x's leading dimensions merge into exactly two strided levels (as
+    torch.view merges dimensions: size-1 ones aside, a dimension joins the one inside it when
+    its stride is that one's stride times its size) over unit-stride rows that the two-level
+    kernels take; else None."""
+    sizes, strides = x.shape, x.stride()
+    if strides[-1] != 1 or sizes[-1] > launch.TWO_LEVEL_MAX_N:
+        return None
+    levels = []  # [size, stride] of each merged level, innermost first
+    for size, stride in zip(reversed(sizes[:-1]), reversed(strides[:-1]), strict=True):
+        if size == 1:
+            continue
+        if levels and stride == levels[-1][0] * levels[-1][1]:
+            levels[-1][0] *= size
+        elif len(levels) == 2:
+            return None
+        else:
+            levels.append([size, stride])
+    if len(levels) != 2:
+        return None
+    (heads, _), (outer, _) = levels
+    return outer, heads
 
 
 def _shaped(t2d: torch.Tensor, shape: torch.Size) -> torch.Tensor:
@@ -97,7 +140,8 @@ class RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, residual, eps, offset, out_dtype):
-        x2d = _rows(x)
+        # x2d: [M, N] rows, or x's [outer, heads, N] view (_x_rows), which the backward reads too
+        x2d = _rows(x) if residual is not None else _x_rows(x)
         residual2d = None if residual is None else _rows(residual)
         y2d, rstd, h2d = launch.rmsnorm_forward(
             x2d, weight, float(eps), float(offset), out_dtype, residual2d
@@ -166,7 +210,8 @@ def _rmsnorm_fwd_op(
     """(y, rstd, h); h is an empty tensor when there is no residual."""
     check_scalars(eps, offset)  # real values here, also when traced symbolic (validate_inputs)
     residual2d = None if residual is None else _rows(residual)
-    y2d, rstd, h2d = launch.rmsnorm_forward(_rows(x), weight, eps, offset, out_dtype, residual2d)
+    x2d = _x_rows(x) if residual is None else _rows(x)
+    y2d, rstd, h2d = launch.rmsnorm_forward(x2d, weight, eps, offset, out_dtype, residual2d)
     h = x.new_empty(0) if h2d is None else h2d.view(x.shape)
     return y2d.view(x.shape), rstd, h
 
@@ -192,7 +237,8 @@ def _rmsnorm_bwd_op(
     dh_out: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     dh2d = None if dh_out is None else _rows(dh_out)
-    dx2d, dw = launch.rmsnorm_backward(_rows(dy), _rows(normalized), weight, rstd, offset, dh2d)
+    normalized2d = _x_rows(normalized) if dh_out is None else _rows(normalized)
+    dx2d, dw = launch.rmsnorm_backward(_rows(dy), normalized2d, weight, rstd, offset, dh2d)
     return dx2d.view(normalized.shape), dw
 
 
@@ -236,8 +282,10 @@ def rmsnorm(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """RMSNorm over the last dimension: x / sqrt(mean(x^2) + eps) * (offset + weight).
 
-    x: [..., N] in fp16, bf16 or fp32; rows may be strided (a slice of a wider tensor), the last
-    dimension is copied once if it is not contiguous. weight: [N] on x's device, fp16, bf16 or
+    x: [..., N] in fp16, bf16 or fp32. Read in place when its last dimension is contiguous and
+    its rows are one stride apart (a slice of a wider tensor) or, without a residual and N <=
+    16384, in two levels (a [tokens, heads, head_dim] view of a packed QKV projection, as for
+    per-head QK-norm); any other x is copied once (_rows, _x_rows). weight: [N] on x's device, fp16, bf16 or
     fp32 (e.g. an fp32 weight on bf16 activations). offset: 0 (Llama) or 1 (Gemma's 1 + w).
     out_dtype: the output dtype, default x's. Differentiable in x and weight, once: under
     create_graph=True, a second backward through the gradients raises; dx comes back in x's
@@ -258,8 +306,9 @@ def rmsnorm(
         return y if residual is None else (y, h)
     if not _needs_grad(x, weight, residual):  # inference: no autograd node to build
         residual2d = None if residual is None else _rows(residual)
+        x2d = _x_rows(x) if residual is None else _rows(x)
         y2d, _rstd, h2d = launch.rmsnorm_forward(
-            _rows(x), weight, float(eps), float(offset), out_dtype, residual2d
+            x2d, weight, float(eps), float(offset), out_dtype, residual2d
         )
         y = _shaped(y2d, x.shape)
         return y if h2d is None else (y, _shaped(h2d, x.shape))

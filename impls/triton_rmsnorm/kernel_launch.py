@@ -86,9 +86,10 @@ def autotuning() -> bool:
 #: keywords: each key is tuned once per process (tuning.py).
 _TUNED: dict[tuple, dict] = {}
 #: Launch switches that change a kernel's binary but not which configuration suits it: left out
-#: of the tuning key, so contiguous and strided rows of one shape share one tuning (each layout
-#: still compiles its own binary at its first launch).
-_LAYOUT_SWITCHES = frozenset({"ROWS_CONTIGUOUS"})
+#: of the tuning key, so contiguous, strided and two-level rows of one shape share one tuning
+#: (each layout still compiles its own binary at its first launch), as they share a dispatch
+#: table entry.
+_LAYOUT_SWITCHES = frozenset({"ROWS_CONTIGUOUS", "HEADS", "STRIDE_X_OUTER"})
 
 
 def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> dict:

@@ -25,7 +25,7 @@ import triton.language as tl
 
 @triton.jit(do_not_specialize=["ROWS_BUCKET"])
 def rmsnorm_fwd_kernel(
-    X,  # [M, N] input, rows strided by stride_x_row, last dim contiguous
+    X,  # [M, N] input, rows strided by stride_x_row, last dim contiguous (HEADS: two levels)
     W,  # [N] weight
     Y,  # [M, N] output, in the caller's output dtype
     RSTD,  # [M] fp32: 1 / sqrt(mean(x^2) + eps), saved for the backward
@@ -48,6 +48,8 @@ def rmsnorm_fwd_kernel(
     ROWS_CONTIGUOUS: tl.constexpr = False,  # every row stride is N: the strides are ignored
     HOLD_STORAGE_FORM: tl.constexpr = False,  # wide rows on a GPU only (inline PTX; see below)
     W_EARLY: tl.constexpr = False,  # one program per tile: load w with x (see below)
+    HEADS: tl.constexpr = 1,  # > 1: x's rows in two levels (see below; no residual)
+    STRIDE_X_OUTER: tl.constexpr = 0,  # HEADS > 1 only: x's stride between groups of HEADS rows
 ):
     """BLOCK_M whole rows per tile: read x (and r) once, write y (and h) once, one fp32 rstd
     per row. With BLOCK_M = 1 and one program per tile this is the seed design, one program
@@ -80,6 +82,13 @@ def rmsnorm_fwd_kernel(
     scaling, and upcasts it again for the scaling through inline PTX, as rmsnorm_bwd_kernel
     does: half the registers for 16-bit rows, which at 65536 columns ends the spills (ptxas,
     sm_90). Same formula on the same values.
+
+    With HEADS > 1, x is a [M / HEADS, HEADS, N] view whose rows no one stride describes (the
+    per-head norm of a packed QKV projection's [tokens, heads, head_dim] view): row r sits at
+    (r // HEADS) * STRIDE_X_OUTER + (r % HEADS) * stride_x_row, read in place; y and rstd are
+    [M, N] and [M] as always (ROWS_CONTIGUOUS then says stride_x_row, the head stride, is N).
+    Both are compile-time constants, as N is: a binary per (heads, outer stride), and constant
+    row arithmetic. HEADS = 1 compiles to the plain kernel's code. Not with HAS_RESIDUAL.
     """
     if ROWS_CONTIGUOUS:
         stride_x_row = N
@@ -94,7 +103,7 @@ def rmsnorm_fwd_kernel(
         for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), num_stages=LOOP_STAGES):
             rows, x, rstd = _fwd_tile_reduce(
                 tile, X, R, H, stride_x_row, stride_r_row, stride_h_row, M, N, eps, cols,
-                BLOCK_M, HAS_RESIDUAL, HOLD_STORAGE_FORM,
+                BLOCK_M, HAS_RESIDUAL, HOLD_STORAGE_FORM, HEADS, STRIDE_X_OUTER,
             )  # fmt: skip
             _fwd_tile_store(Y, RSTD, rows, cols, x, rstd, w, stride_y_row, M, N, HOLD_STORAGE_FORM)
     else:
@@ -103,7 +112,7 @@ def rmsnorm_fwd_kernel(
             w_early = tl.load(W + cols, mask=col_mask, other=0.0)
         rows, x, rstd = _fwd_tile_reduce(
             tile, X, R, H, stride_x_row, stride_r_row, stride_h_row, M, N, eps, cols,
-            BLOCK_M, HAS_RESIDUAL, HOLD_STORAGE_FORM,
+            BLOCK_M, HAS_RESIDUAL, HOLD_STORAGE_FORM, HEADS, STRIDE_X_OUTER,
         )  # fmt: skip
         if W_EARLY:
             w = w_early.to(tl.float32) + offset
@@ -116,15 +125,21 @@ def rmsnorm_fwd_kernel(
 def _fwd_tile_reduce(
     tile, X, R, H, stride_x_row, stride_r_row, stride_h_row, M, N, eps, cols,
     BLOCK_M: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HOLD_STORAGE_FORM: tl.constexpr,
+    HEADS: tl.constexpr, STRIDE_X_OUTER: tl.constexpr,
 ):  # fmt: skip
     """rmsnorm_fwd_kernel's first half for one tile: load x (with HAS_RESIDUAL, form, round and
-    write h = x + r, and go on with h), and reduce. Returns the tile's int64 row indices, its
-    rows (in fp32, or as loaded with HOLD_STORAGE_FORM) and their rstd."""
+    write h = x + r, and go on with h; with HEADS > 1, x's rows in two levels), and reduce.
+    Returns the tile's int64 row indices, its rows (in fp32, or as loaded with
+    HOLD_STORAGE_FORM) and their rstd."""
     # tile is int64 (one program per tile) or the tile loop's index, which has M's width: in
     # int32 (M < 2**31), tile * BLOCK_M + BLOCK_M - 1 stays below 2**31 (BLOCK_M divides 2**31)
     rows = (tile * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     mask = (rows < M)[:, None] & (cols < N)[None, :]
-    x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
+    if HEADS == 1:
+        x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
+    else:
+        x_at = _two_level_rows(rows, stride_x_row, HEADS, STRIDE_X_OUTER)
+        x = tl.load(X + x_at[:, None] + cols[None, :], mask=mask, other=0.0)
     if HAS_RESIDUAL:
         r = tl.load(R + rows[:, None] * stride_r_row + cols[None, :], mask=mask, other=0.0)
         h = (x.to(tl.float32) + r.to(tl.float32)).to(H.dtype.element_ty)
@@ -152,6 +167,13 @@ def _fwd_tile_store(
     tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
+@triton.jit
+def _two_level_rows(rows, stride_row, HEADS: tl.constexpr, STRIDE_OUTER: tl.constexpr):
+    """The element offsets of rows (int64) in a [M / HEADS, HEADS, N] view: row r is head
+    r % HEADS of group r // HEADS (rmsnorm_fwd_kernel's HEADS)."""
+    return (rows // HEADS) * STRIDE_OUTER + (rows % HEADS) * stride_row
+
+
 @triton.jit(do_not_specialize=["ROWS_BUCKET"])
 def rmsnorm_bwd_kernel(
     X,  # [M, N] forward input
@@ -175,6 +197,8 @@ def rmsnorm_bwd_kernel(
     HAS_DH_OUT: tl.constexpr,
     LOOP_STAGES: tl.constexpr,  # software pipelining of the row loop (1: none; see below)
     HOLD_STORAGE_FORM: tl.constexpr = False,  # wide rows on a GPU only (inline PTX; see below)
+    HEADS: tl.constexpr = 1,  # > 1: x's rows in two levels, as in rmsnorm_fwd_kernel
+    STRIDE_X_OUTER: tl.constexpr = 0,  # HEADS > 1 only: x's stride between groups of HEADS rows
 ):
     """Each program walks a contiguous chunk of rows, BLOCK_M rows per step, and owns one fp32
     dw accumulator.
@@ -201,6 +225,9 @@ def rmsnorm_bwd_kernel(
     of x and dy in fp32. Same formulas on the same values: dw is bitwise the plain kernel's; dx
     may differ in its last bit, since the compiler contracts g - x_hat * mean into a different
     fma once g is recomputed.
+
+    With HEADS > 1, x (only: dy, dx and dh_out are [M, N]) is read in two levels as in
+    rmsnorm_fwd_kernel: the forward's [M / HEADS, HEADS, N] view, not a copy of it.
     """
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
@@ -217,7 +244,7 @@ def rmsnorm_bwd_kernel(
         dy, x_hat = _bwd_rows_dx(
             X, DY, RSTD, DX, DH_OUT, w, rows, rows < row_end, cols, col_mask,
             stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, N,
-            HAS_DH_OUT, HOLD_STORAGE_FORM,
+            HAS_DH_OUT, HOLD_STORAGE_FORM, HEADS, STRIDE_X_OUTER,
         )  # fmt: skip
         dw_acc += dy * x_hat
 
@@ -229,12 +256,17 @@ def _bwd_rows_dx(
     X, DY, RSTD, DX, DH_OUT, w, rows, row_mask, cols, col_mask,
     stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, N,
     HAS_DH_OUT: tl.constexpr, HOLD_STORAGE_FORM: tl.constexpr,
+    HEADS: tl.constexpr, STRIDE_X_OUTER: tl.constexpr,
 ):  # fmt: skip
-    """dx of a [BLOCK_M, BLOCK_N] tile of rows (w: offset + w in fp32); returns dy and x_hat in
-    fp32, the factors of the tile's dw contribution (a caller that does not use them costs
-    nothing: the compiler drops what is not used)."""
+    """dx of a [BLOCK_M, BLOCK_N] tile of rows (w: offset + w in fp32; x's rows in two levels
+    with HEADS > 1); returns dy and x_hat in fp32, the factors of the tile's dw contribution (a
+    caller that does not use them costs nothing: the compiler drops what is not used)."""
     mask = row_mask[:, None] & col_mask[None, :]
-    x_loaded = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
+    if HEADS == 1:
+        x_loaded = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
+    else:
+        x_at = _two_level_rows(rows, stride_x_row, HEADS, STRIDE_X_OUTER)
+        x_loaded = tl.load(X + x_at[:, None] + cols[None, :], mask=mask, other=0.0)
     dy_loaded = tl.load(DY + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0)
     dy = dy_loaded.to(tl.float32)
     rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
@@ -288,6 +320,7 @@ def rmsnorm_bwd_two_role_kernel(
             _bwd_rows_dx(
                 X, DY, RSTD, DX, DH_OUT, w, rows, rows < row_end, cols, col_mask,
                 stride_x_row, stride_dy_row, stride_dx_row, stride_dh_row, N, HAS_DH_OUT, False,
+                1, 0,
             )  # fmt: skip
     else:
         _dw_of_columns(

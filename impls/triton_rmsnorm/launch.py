@@ -87,7 +87,9 @@ from .common import (  # noqa: F401
     check_hidden_size,
     interpreting,
     next_power_of_2,
+    rows_and_width,
     rows_are_split,
+    two_level_switches,
 )
 from .configs import (  # noqa: F401
     _PRUNE,
@@ -188,10 +190,14 @@ def rmsnorm_forward(
     out_dtype: torch.dtype | None = None,
     residual: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """(y, rstd, h) for a 2-D x [M, N] whose last dimension is contiguous (rows may be strided).
+    """(y, rstd, h) for a 2-D x [M, N] whose last dimension is contiguous (rows may be strided),
+    or a 3-D x [outer, heads > 1, N] of such rows whose M = outer * heads rows no one stride
+    describes (a [tokens, heads, head_dim] view of a packed QKV projection: check_two_level),
+    read in place.
 
-    y is in out_dtype (default x's), rstd one fp32 per row. With a residual r [M, N],
-    h = x + r (x's dtype) is written too and y normalizes h; else h is None.
+    y is in out_dtype (default x's), rstd one fp32 per row; both [M, N] and [M] whatever x's
+    layout. With a residual r [M, N], h = x + r (x's dtype) is written too and y normalizes h;
+    else h is None.
     """
     eps, offset = float(eps), float(offset)  # as every launch specializes them (fp32)
     replay_key = None
@@ -201,7 +207,9 @@ def rmsnorm_forward(
         if replayed is not None and _is_current(replay_key[-1]):
             return _replay_forward(replayed, x, weight, eps, offset, out_dtype)
     _check_runnable(x)
-    m, n = x.shape
+    if x.dim() != 2:
+        check_two_level(x, residual)
+    m, n = rows_and_width(x)
     check_hidden_size(n)
     y = torch.empty((m, n), dtype=out_dtype or x.dtype, device=x.device)
     rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
@@ -209,7 +217,7 @@ def rmsnorm_forward(
     if m == 0:
         return y, rstd, h
     r_arg, h_arg = (x, x) if residual is None else (residual, h)
-    strides = (x.stride(0), y.stride(0), r_arg.stride(0), h_arg.stride(0))
+    strides = (x.stride(-2), y.stride(0), r_arg.stride(-2), h_arg.stride(-2))  # x's: per head
     has_residual = residual is not None
     dtypes = (x.dtype, weight.dtype, y.dtype)
     args = (x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual)
@@ -217,14 +225,19 @@ def rmsnorm_forward(
         paths = forward_paths(x, y, weight, has_residual)
         call = ("fwd", dtypes, has_residual, n, m, paths, x.device)
         if paths == [_forward_single_tile] and replay_key is not None:
-            _record(replay_key, lambda *a: _dispatch(*call, a), args, (1,))
+            two_level = True if x.dim() == 3 else None  # (the replay's extra)
+            _record(replay_key, lambda *a: _dispatch(*call, a), args, (1,), two_level)
         else:
             _dispatch(*call, args)
     return y, rstd, h
 
 
 def forward_paths(x, y, weight, has_residual: bool) -> list:
-    """Every forward path that can serve this call, the default first (dispatch picks one)."""
+    """Every forward path that can serve this call, the default first (dispatch picks one).
+    Rows in two levels (x [outer, heads, N]) only the single tile reads (kernels.py's HEADS), so
+    neither a table entry nor an override can send them to another path."""
+    if x.dim() == 3:
+        return [_forward_single_tile]
     m, n = x.shape
     paths = _forward_paths(m, n, x.device)
     if forward_holds_row_on_chip(x, y, has_residual):
@@ -250,6 +263,26 @@ def _forward_paths(m: int, n: int, device: torch.device) -> list:
 #: looped kernel (x read twice, the second time mostly from L2). Which is faster depends on N, M
 #: and dtype: the dispatch table holds the pick of each (N, M size class, dtypes).
 FORWARD_LOOPED_FROM_N = 16384
+#: The widest rows read in two levels (x [outer, heads, N]: kernels.py's HEADS): where the
+#: single tile is the only forward path and the backward's single tile serves. Wider heads are
+#: copied to [M, N] rows (function.py).
+TWO_LEVEL_MAX_N = min(FORWARD_LOOPED_FROM_N, BACKWARD_SINGLE_TILE_MAX_N)
+
+
+def check_two_level(x: torch.Tensor, residual: torch.Tensor | None) -> None:
+    """Raise unless x [outer, heads, N] is rows the single-tile kernels read in two levels:
+    heads > 1 (else x[:, 0] is [M, N] rows), unit-stride rows of at most TWO_LEVEL_MAX_N
+    columns, and no residual (h and the residual are [M, N])."""
+    if x.dim() != 3 or x.shape[1] < 2 or x.stride(2) != 1 or x.shape[2] > TWO_LEVEL_MAX_N:
+        raise ValueError(
+            "x: expected [M, N] rows, or [outer, heads > 1, N] with N <= "
+            f"{TWO_LEVEL_MAX_N} and a contiguous last dimension; got shape {tuple(x.shape)}, "
+            f"strides {x.stride()}"
+        )
+    if residual is not None:
+        raise ValueError("x: [outer, heads, N] rows take no residual; pass [M, N] rows")
+
+
 #: Each path is timed this many times, every other pass in reverse order, its best time kept: a
 #: path chosen once is kept for the process, and with one pass a passing disturbance could
 #: decide it (docs/design.md, Dispatch).
@@ -316,7 +349,9 @@ def rmsnorm_backward(
         if replayed is not None and _is_current(replay_key[-1]):
             return _replay_backward(replayed, dy, x, weight, rstd, offset, dh_out)
     _check_runnable(x)
-    m, n = x.shape
+    if x.dim() != 2:
+        check_two_level(x, None)
+    m, n = rows_and_width(x)
     dx = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
         return dx, torch.zeros_like(weight)
@@ -325,8 +360,8 @@ def rmsnorm_backward(
     args = (dy, x, weight, rstd, offset, dx, dh_arg, dh_out is not None, dw)
     with _on_device(x):
         if replay_key is not None and not backward_is_looped(n):
-            extra = _single_tile_backward_grid(m, x.device, backward_row_period(x, dy, dh_out))
-            _record(replay_key, _backward_launches, args, (1, 2), extra)
+            grid = _single_tile_backward_grid(m, x.device, backward_row_period(x, dy, dh_out))
+            _record(replay_key, _backward_launches, args, (1, 2), (*grid, x.dim() == 3))
         else:
             _backward_launches(*args)
     return dx, dw
@@ -336,14 +371,17 @@ def _backward_launches(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool
     """The backward's kernels for x's width, then the dw partials' reduction into dw. Where
     several paths can serve x (wide rows that fit the held row), the dispatch picks one."""
     args = (dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw)
-    m, n = x.shape
+    m, n = dx.shape
     paths = _backward_paths(x, dy, weight, dh_arg if has_dh_out else None)
     dtypes = (x.dtype, weight.dtype, dy.dtype, dh_arg.dtype)
     _dispatch("bwd", dtypes, has_dh_out, n, m, paths, x.device, args)
 
 
 def _backward_paths(x, dy, weight, dh_out) -> list:
-    """The backward paths that can serve x, the default first."""
+    """The backward paths that can serve x, the default first; for rows in two levels (x
+    [outer, heads, N]) the plain single tile only (kernels.py's HEADS)."""
+    if x.dim() == 3:
+        return [_backward_single_tile]
     if not backward_is_looped(x.shape[1]):
         if backward_takes_two_roles(x, dy, dh_out):
             return [_backward_single_tile, _backward_two_role]
@@ -355,12 +393,16 @@ def _backward_paths(x, dy, weight, dh_out) -> list:
 
 
 def _replay_forward(replayed: tuple, x, weight, eps, offset, out_dtype):
-    (replay,), configs, _ = replayed
+    (replay,), configs, two_level = replayed
     _LAUNCHED.update(configs)
-    m, n = x.shape
+    if two_level is None:
+        m, n = x.shape
+        stride = x.stride(0)
+    else:  # x [outer, heads, N]: its HEADS and STRIDE_X_OUTER are the recorded launch's (key)
+        outer, heads, n = x.shape
+        m, stride = outer * heads, x.stride(1)
     y = x.new_empty((m, n)) if out_dtype is None else x.new_empty((m, n), dtype=out_dtype)
     rstd = x.new_empty((m,), dtype=torch.float32)
-    stride = x.stride(0)
     strides = (stride, n, stride, stride)
     replay(
         x.get_device(), *_single_tile_forward_args(x, weight, y, rstd, x, x, strides, eps, offset)
@@ -371,9 +413,13 @@ def _replay_forward(replayed: tuple, x, weight, eps, offset, out_dtype):
 def _replay_backward(replayed: tuple, dy, x, weight, rstd, offset, dh_out):
     """The recorded single-tile backward again: two launches (the main kernel and the dw
     reduction), or one (the two-role kernel)."""
-    launches, configs, (programs, rows_per_program) = replayed
+    launches, configs, (programs, rows_per_program, two_level) = replayed
     _LAUNCHED.update(configs)
-    m, n = x.shape
+    if two_level:  # x [outer, heads, N] (its HEADS and STRIDE_X_OUTER: the recorded launch's)
+        outer, heads, n = x.shape
+        m = outer * heads
+    else:
+        m, n = x.shape
     device = x.get_device()
     dx = x.new_empty((m, n))
     dw = weight.new_empty((n,))

@@ -78,8 +78,9 @@ def _record(key: tuple, call, args: tuple, launches: tuple, extra=None) -> None:
 
 
 def _forward_replay_key(x, weight, out_dtype) -> tuple:
+    """x's every stride: a [outer, heads, N] x's head stride decides its launch too."""
     return (
-        "fwd", x.shape, x.stride(0), x.dtype, weight.dtype, out_dtype,
+        "fwd", x.shape, x.stride(), x.dtype, weight.dtype, out_dtype,
         x.data_ptr() & 15, weight.data_ptr() & 15, x.is_cuda, x.get_device(),
     )  # fmt: skip
 
@@ -87,7 +88,7 @@ def _forward_replay_key(x, weight, out_dtype) -> tuple:
 def _backward_replay_key(dy, x, weight, rstd, dh_out) -> tuple:
     dh = None if dh_out is None else (dh_out.dtype, dh_out.stride(0), dh_out.data_ptr() & 15)
     return (
-        "bwd", x.shape, x.stride(0), dy.stride(0), x.dtype, weight.dtype, dy.dtype, rstd.dtype,
+        "bwd", x.shape, x.stride(), dy.stride(0), x.dtype, weight.dtype, dy.dtype, rstd.dtype,
         dh, x.data_ptr() & 15, weight.data_ptr() & 15, dy.data_ptr() & 15, rstd.data_ptr() & 15,
         x.is_cuda, x.get_device(),
     )  # fmt: skip
