@@ -68,6 +68,15 @@ def test_loss_rule_accepts_the_band_and_rejects_outside_it():
         ddp_step.compare_losses([7.0], stock, ref)
 
 
+def test_default_lr_scales_with_width():
+    assert ddp_step.default_lr(64) == ddp_step.default_lr(4096) == 1e-3
+    assert ddp_step.default_lr(32768) == pytest.approx(1e-3 / 8)
+    assert ddp_step.parser().parse_args([]).lr is None  # the default: per width
+    assert ddp_step.parser().parse_args(["--lr", "3e-4"]).lr == 3e-4
+    with pytest.raises(ValueError, match="--lr: expected a learning rate > 0, got 0.0"):
+        ddp_step._check_args(ddp_step.parser().parse_args(["--lr", "0"]))
+
+
 def test_grad_rule_rejects_a_zero_gradient():
     ref = {"norm": torch.linspace(1, 2, 64)}
     stock = {"norm": ref["norm"] * (1 + 2**-9)}
@@ -129,7 +138,18 @@ def test_training_step_on_one_rank(tmp_path, one_rank, parallel):
         assert len(run["losses"]) == 2 and run["losses"][1] < run["losses"][0]
         assert len(run["step_s_max_rank"]) == 2 and run["median_step_s"] > 0
     assert entry["losses"]["passed"] and entry["norm_grads"]["passed"]
+    assert entry["lr"] == 1e-2  # TINY's --lr
     assert len(entry["norm_grads"]["per_norm"]) == 3  # two in the block, the final one
+
+
+def test_stock_runs_alone_at_the_default_lr(tmp_path, one_rank):
+    """--no-ours: the stock runs, no check; the lr is the width's default."""
+    out = tmp_path / "ddp.json"
+    argv = [a for a in TINY if a not in ("--lr", "1e-2")]
+    assert ddp_step.main([*argv, "--no-ours", "--out", str(out)]) == 0
+    (entry,) = json.loads(out.read_text())["results"].values()
+    assert set(entry["runs"]) == {"stock", "reference"} and "losses" not in entry
+    assert entry["lr"] == ddp_step.default_lr(64) == 1e-3
 
 
 def _zero_dw_norm(n: int, eps: float):
