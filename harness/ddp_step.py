@@ -23,6 +23,15 @@ kernels in one profiled step. A step that runs past its time limit makes the pro
 which step hung and exit (a hung kernel cannot be interrupted); collectives also time out
 through the process group (--pg-timeout-s).
 
+AdamW's learning rate defaults to 1e-3 up to 4096 wide and 1e-3 x 4096 / hidden beyond
+(default_lr; --lr overrides it): at lr 1e-3 the 32768-wide runs, the fp32 reference included,
+overshot and climbed back (on the H200), and a check between chaotic runs cannot tell a right
+norm from a wrong one. Each width gets a verdict (verdict()): failed when the step-0 gradient
+rule fails (it precedes any training), inconclusive when the reference or the stock run
+diverged (divergence(): a loss not finite, or rebounding more than DIVERGE_REBOUND x loss[0]
+above the lowest before it), else the loss rule's passed or failed. Exit status: 0 passed, 1
+failed, 3 a step hung, 4 inconclusive.
+
 NVLink multicast stays off: NCCL_NVLS_ENABLE=1 is refused, and NCCL_NVLS_ENABLE=0,
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1 are set where unset (in main, before
 the process group starts; nothing is set at import).
@@ -70,8 +79,38 @@ LOSS_REL_ATOL = 2.0**-8
 #: A dw that is wrong (say, zero) has a relative error near 1 and fails.
 GRAD_FACTOR = 2.0
 GRAD_REL_ATOL = 2.0**-8
+#: Stability rule (divergence): a run diverged when a loss is not finite or rebounds above the
+#: lowest loss before it by more than DIVERGE_REBOUND x loss[0] (a loss that climbs from the
+#: start counts: the lowest before step 1 is loss[0]).
+#: Why: the runs fit one fixed batch, so a healthy run falls fast and stays down (hidden 4096 on
+#: the H200: 7.08 -> 0.04 in 8 steps); one that climbs back has overshot, and there bf16 noise
+#: is amplified step by step, so the distance between two runs says nothing about the norm.
+#: 1/8 of loss[0] (0.9 nats at 7.1) is far above the bumps of a stable run (0.18 at hidden 32768
+#: and the width-scaled lr, on the CPU) and far below the H200's rebounds at lr 1e-3 (6.6).
+DIVERGE_REBOUND = 1 / 8
+#: Learning rate (default_lr): BASE_LR up to BASE_LR_WIDTH wide, then BASE_LR x BASE_LR_WIDTH /
+#: hidden. Why: AdamW moves every element by about lr whatever its gradient's size, so a matrix
+#: reading the residual stream (fan_in = hidden: q, k, v, gate, up, head) changes its output by
+#: about lr x hidden relative to its init (nn.Linear's, of scale 1/sqrt(fan_in)); holding
+#: lr x hidden at the value that trained smoothly (1e-3 at 4096) holds the step's relative size
+#: (the muP rule for Adam's hidden matrices, here applied to every parameter: the embedding and
+#: the norm weights then move more slowly than they could, which a check does not mind).
+BASE_LR = 1e-3
+BASE_LR_WIDTH = 4096
+#: Exit status: 0 every check passed (or none ran), 1 a check failed, 3 a step hung
+#: (StepWatchdog.EXIT_HUNG), 4 inconclusive: no check failed but a yardstick run (the fp32
+#: reference or the stock norm) diverged, so the loss rule was not judged. Not 2: argparse
+#: exits 2 on a bad command line.
+EXIT_PASSED = 0
+EXIT_FAILED = 1
+EXIT_INCONCLUSIVE = 4
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def default_lr(hidden: int) -> float:
+    """The learning rate for a residual stream `hidden` wide (BASE_LR, BASE_LR_WIDTH)."""
+    return BASE_LR * min(1.0, BASE_LR_WIDTH / hidden)
 
 
 def keep_multicast_off(environ: dict | None = None) -> None:
@@ -323,16 +362,17 @@ def _norm_grads(model: nn.Module) -> dict[str, torch.Tensor]:
 def train(
     spec: RunSpec,
     c: ModelConfig,
+    lr: float,
     args,
     device: torch.device,
     watchdog: StepWatchdog,
     partial: dict,
 ) -> dict:
-    """spec's model, args.warmup + args.steps optimizer steps on this rank's fixed batch."""
+    """spec's model, args.warmup + args.steps AdamW steps at `lr` on this rank's fixed batch."""
     rank, world = dist.get_rank(), dist.get_world_size()
     model = build_model(c, spec.norm, spec.dtype, device, args.seed)
     wrapped = _wrap(model, args, device)
-    optimizer = torch.optim.AdamW(wrapped.parameters(), lr=args.lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(wrapped.parameters(), lr=lr, weight_decay=0.0)
     tokens = make_tokens(c, args.batch, args.seed, rank, device)
     run = partial.setdefault(spec.name, {"losses": [], "step_s": []})
     norm_grads = {}
@@ -491,28 +531,96 @@ def compare_norm_grads(
     }
 
 
+def divergence(losses: list[float]) -> str | None:
+    """The stability rule (DIVERGE_REBOUND) on one run's losses: why it diverged, or None."""
+    if not losses:
+        raise ValueError("losses: expected a non-empty list")
+    for step, loss in enumerate(losses):
+        if not math.isfinite(loss):
+            return f"loss {loss} at step {step}"
+    for step in range(1, len(losses)):
+        lowest = min(losses[:step])
+        if losses[step] - lowest > DIVERGE_REBOUND * losses[0]:
+            return (
+                f"loss {losses[step]:.4g} at step {step}, {losses[step] - lowest:.4g} above the "
+                f"lowest before it ({lowest:.4g}; limit {DIVERGE_REBOUND:g} x loss[0] = "
+                f"{DIVERGE_REBOUND * losses[0]:.4g})"
+            )
+    return None
+
+
+#: The runs whose divergence makes the loss rule unjudgeable: the reference is the yardstick,
+#: and the stock run sets the band (a diverging stock run widens it until anything passes).
+YARDSTICKS = ("reference", "stock")
+
+
+def verdict(
+    ours: list[float], stock: list[float], reference: list[float], norm_grads: dict | None = None
+) -> dict:
+    """One width's verdict from its recorded losses and (when given) compare_norm_grads'
+    result: "failed" when the gradient rule failed (step 0 precedes any training, so it holds
+    on a diverging run too), else "inconclusive" when a yardstick run diverged, else the loss
+    rule's "passed" or "failed"."""
+    losses = compare_losses(ours, stock, reference)
+    runs = {"ours": ours, "stock": stock, "reference": reference}
+    stability = {name: divergence(run) for name, run in runs.items()}
+    diverged = [name for name in YARDSTICKS if stability[name] is not None]
+    unjudged = "; ".join(f"the {name} run diverged ({stability[name]})" for name in diverged)
+    if norm_grads is not None and not norm_grads["passed"]:
+        outcome, reason = "failed", "the norm weights' gradients at step 0 failed their rule"
+        if diverged:
+            reason += f" (the loss rule was not judged: {unjudged})"
+    elif diverged:
+        outcome, reason = "inconclusive", f"{unjudged}: the loss rule was not judged"
+    elif not losses["passed"]:
+        outcome = "failed"
+        reason = (
+            f"the losses failed their rule: max|ours-ref| {losses['ours_vs_reference_max']:.4g} "
+            f"> bound {losses['bound']:.4g}"
+            if losses["finite"]
+            else "the losses failed their rule: a loss is not finite"
+        )
+    else:
+        outcome, reason = "passed", "every check passed"
+    return {
+        "verdict": outcome,
+        "reason": reason,
+        "stability_rule": f"diverged: a loss not finite, or more than {DIVERGE_REBOUND:g} x "
+        f"loss[0] above the lowest loss before it (judged on: {', '.join(YARDSTICKS)})",
+        "diverged": stability,
+        "losses": losses,
+    }
+
+
 def run_all(args, device: torch.device, watchdog: StepWatchdog, partial: dict) -> dict:
     """For each --hidden: the three runs and their checks."""
     dtype = _DTYPES[args.dtype]
-    specs = [RunSpec("ours", NORMS["ours"], dtype), RunSpec("stock", NORMS["stock"], dtype)]
+    specs = [] if args.no_ours else [RunSpec("ours", NORMS["ours"], dtype)]
+    specs.append(RunSpec("stock", NORMS["stock"], dtype))
     if not args.no_reference:
         specs.append(RunSpec("reference", NORMS["stock"], torch.float32))
     results = {}
     for hidden in args.hidden:
         c = model_config(args, hidden)
+        lr = args.lr if args.lr is not None else default_lr(hidden)
         runs = partial.setdefault(f"hidden={hidden}", {})
         for spec in specs:
-            train(spec, c, args, device, watchdog, runs)
+            train(spec, c, lr, args, device, watchdog, runs)
         grads = {name: run.pop("_norm_grads") for name, run in runs.items()}
-        entry = {"config": asdict(c), "rows_per_norm_call": args.batch * c.seq, "runs": runs}
-        if "reference" in runs:
-            entry["losses"] = compare_losses(
-                runs["ours"]["losses"], runs["stock"]["losses"], runs["reference"]["losses"]
-            )
+        entry = {"config": asdict(c), "lr": lr, "rows_per_norm_call": args.batch * c.seq,
+                 "runs": runs}  # fmt: skip
+        if "ours" in runs and "reference" in runs:
             entry["norm_grads"] = compare_norm_grads(grads["ours"], grads["stock"],
                                                      grads["reference"])  # fmt: skip
-            entry["passed"] = entry["losses"]["passed"] and entry["norm_grads"]["passed"]
-        ours_s, stock_s = runs["ours"]["median_step_s"], runs["stock"]["median_step_s"]
+            judged = verdict(runs["ours"]["losses"], runs["stock"]["losses"],
+                             runs["reference"]["losses"], entry["norm_grads"])  # fmt: skip
+            entry["losses"] = judged.pop("losses")
+            entry.update(judged)
+            entry["passed"] = judged["verdict"] == "passed"
+        elif "reference" in runs:  # --no-ours: whether the stock runs trained stably
+            entry["diverged"] = {name: divergence(run["losses"]) for name, run in runs.items()}
+        ours_s = runs["ours"]["median_step_s"] if "ours" in runs else None
+        stock_s = runs["stock"]["median_step_s"]
         entry["step_time_ratio_stock_over_ours"] = stock_s / ours_s if ours_s and stock_s else None
         results[f"hidden={hidden}"] = entry
     return results
@@ -547,7 +655,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=2, help="sequences per rank")
     p.add_argument("--steps", type=int, default=10, help="timed steps, after --warmup")
     p.add_argument("--warmup", type=int, default=2, help="first steps (compile, tune): untimed")
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=None,
+                   help=f"AdamW's learning rate for every width (default: {BASE_LR:g} up to "
+                   f"{BASE_LR_WIDTH} wide, then {BASE_LR:g} x {BASE_LR_WIDTH} / hidden)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
@@ -564,6 +674,12 @@ def parser() -> argparse.ArgumentParser:
         "--no-reference",
         action="store_true",
         help="skip the fp32 reference run (then no loss or gradient check)",
+    )
+    p.add_argument(
+        "--no-ours",
+        action="store_true",
+        help="skip our norm's run (then no loss or gradient check): the stock runs alone, e.g. "
+        "to see on the CPU whether a width and learning rate train stably",
     )
     p.add_argument(
         "--step-timeout-s",
@@ -589,6 +705,8 @@ def _check_args(args) -> None:
     if args.warmup < 1:
         raise ValueError(f"--warmup: expected at least 1 (the first step compiles), got "
                          f"{args.warmup}")  # fmt: skip
+    if args.lr is not None and not args.lr > 0:
+        raise ValueError(f"--lr: expected a learning rate > 0, got {args.lr}")
     for name in ("step_timeout_s", "warmup_timeout_s", "pg_timeout_s"):
         if not getattr(args, name) > 0:
             raise ValueError(f"--{name.replace('_', '-')}: expected seconds > 0, got "
@@ -629,13 +747,31 @@ def _summary(results: dict) -> str:
                 f"{key.split('=')[1]:>6}  {name:<9}  {run['first_step_s']:7.2f}  "
                 f"{(median or 0) * 1e3:14.2f}  {run['losses'][0]:.5f} -> {run['losses'][-1]:.5f}"
             )
+        lines.append(f"        lr {entry['lr']:.3g}")
+        for name, why in entry.get("diverged", {}).items():
+            if why is not None:
+                lines[-1] += f"; {name} diverged: {why}"
         if "losses" in entry:
             lines.append(
                 f"        losses: |ours-ref| {entry['losses']['ours_vs_reference_max']:.2e} <= "
                 f"{entry['losses']['bound']:.2e}: {entry['losses']['passed']}; norm grads: "
-                f"{entry['norm_grads']['passed']}"
+                f"{entry['norm_grads']['passed']}; verdict: {entry['verdict']}"
             )
     return "\n".join(lines)
+
+
+def overall_status(results: dict) -> tuple[str, int]:
+    """The record's status and the exit status from the widths' verdicts: a failure anywhere
+    fails, else an inconclusive width makes the whole inconclusive (EXIT_INCONCLUSIVE)."""
+    by_outcome: dict[str, list[str]] = {}
+    for key, entry in results.items():
+        if "verdict" in entry:
+            by_outcome.setdefault(entry["verdict"], []).append(f"{key}: {entry['reason']}")
+    if "failed" in by_outcome:
+        return "FAILED: " + "; ".join(by_outcome["failed"]), EXIT_FAILED
+    if "inconclusive" in by_outcome:
+        return "INCONCLUSIVE: " + "; ".join(by_outcome["inconclusive"]), EXIT_INCONCLUSIVE
+    return "passed", EXIT_PASSED
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -674,13 +810,14 @@ def main(argv: list[str] | None = None) -> int:
     watchdog = StepWatchdog(rank, on_hang)
     try:
         results = run_all(args, device, watchdog, partial)
-        passed = all(entry.get("passed", True) for entry in results.values())
-        write("passed" if passed else "FAILED: a loss or gradient check failed", results)
+        status, code = overall_status(results)
+        write(status, results)
         if rank == 0:
             print(_summary(results))
+            print(f"ddp_step: {status}")
             if args.out is not None:
                 print(f"ddp_step: wrote {args.out}")
-        return 0 if passed else 1
+        return code
     finally:
         dist.destroy_process_group()
 

@@ -68,6 +68,114 @@ def test_loss_rule_accepts_the_band_and_rejects_outside_it():
         ddp_step.compare_losses([7.0], stock, ref)
 
 
+# Recorded losses (bf16; 8 steps, defaults but --hidden 32768). The H200's at lr 1e-3: every
+# run overshoots at step 2 and climbs back, the fp32 reference included.
+H200_32768_LR_1E3 = {
+    "ours": [7.083, 0.506, 7.151, 3.574, 1.490, 2.685, 2.927, 5.825],
+    "stock": [7.083, 0.507, 7.202, 3.570, 1.371, 2.500, 2.679, 7.872],
+    "reference": [7.083, 0.506, 7.140, 3.669, 1.427, 3.446, 3.619, 8.238],
+}
+# The CPU's (gloo, --no-ours) at the width-scaled default lr, 1.25e-4: a smooth fall with one
+# small bump at step 3 (0.18, well under the stability rule's 0.89).
+CPU_32768_DEFAULT_LR = {
+    "stock": [7.1284, 2.0379, 0.2684, 0.4558, 0.1969, 0.1120, 0.0635, 0.0188],
+    "reference": [7.1284, 1.9697, 0.2628, 0.4429, 0.1857, 0.1136, 0.0640, 0.0198],
+}
+GRADS_PASSED, GRADS_FAILED = {"passed": True}, {"passed": False}
+
+
+def test_default_lr_scales_with_width():
+    assert ddp_step.default_lr(64) == ddp_step.default_lr(4096) == 1e-3
+    assert ddp_step.default_lr(32768) == pytest.approx(1e-3 / 8)
+    assert ddp_step.parser().parse_args([]).lr is None  # the default: per width
+    assert ddp_step.parser().parse_args(["--lr", "3e-4"]).lr == 3e-4
+    with pytest.raises(ValueError, match="--lr: expected a learning rate > 0, got 0.0"):
+        ddp_step._check_args(ddp_step.parser().parse_args(["--lr", "0"]))
+
+
+def test_stability_rule_on_recorded_losses():
+    for name, losses in H200_32768_LR_1E3.items():
+        assert "at step 2" in ddp_step.divergence(losses), name
+    for name, losses in CPU_32768_DEFAULT_LR.items():
+        assert ddp_step.divergence(losses) is None, name
+    assert "loss nan at step 1" in ddp_step.divergence([7.0, float("nan"), 6.0])
+    assert "loss inf at step 0" in ddp_step.divergence([float("inf"), 6.0])
+    assert ddp_step.divergence([7.0, 7.9]) is not None  # climbs from the start: 0.9 > 7/8
+    assert ddp_step.divergence([7.0, 7.8, 6.0]) is None  # a bump of 0.8, under 7/8
+    assert ddp_step.divergence([7.0]) is None
+    with pytest.raises(ValueError, match="losses: expected a non-empty list"):
+        ddp_step.divergence([])
+
+
+def test_verdict_is_inconclusive_when_the_reference_diverges():
+    run = H200_32768_LR_1E3
+    judged = ddp_step.verdict(run["ours"], run["stock"], run["reference"], GRADS_PASSED)
+    # the H200's record: the loss rule failed (2.41 > 1.91); no verdict on the norm from it
+    assert not judged["losses"]["passed"]
+    assert judged["losses"]["ours_vs_reference_max"] == pytest.approx(2.413)
+    assert judged["verdict"] == "inconclusive"
+    assert "the reference run diverged (loss 7.14 at step 2" in judged["reason"]
+    assert "the stock run diverged" in judged["reason"]
+    # a diverging run widens the band: ours one nat off at every step passes the loss rule
+    # there, and is still not a pass
+    off = [r + 1.0 for r in run["reference"]]
+    judged = ddp_step.verdict(off, run["stock"], run["reference"], GRADS_PASSED)
+    assert judged["losses"]["passed"] and judged["verdict"] == "inconclusive"
+    # the gradient rule holds before any training: its failure fails a diverging run too
+    judged = ddp_step.verdict(run["ours"], run["stock"], run["reference"], GRADS_FAILED)
+    assert judged["verdict"] == "failed" and "gradients at step 0" in judged["reason"]
+    assert "(the loss rule was not judged: the reference run diverged" in judged["reason"]
+
+
+def test_verdict_is_inconclusive_when_only_the_stock_run_diverges():
+    ref = CPU_32768_DEFAULT_LR["reference"]
+    stock = [*ref[:3], 3.0, *ref[4:]]  # climbs back at step 3
+    judged = ddp_step.verdict(ref, stock, ref, GRADS_PASSED)
+    assert judged["verdict"] == "inconclusive"
+    assert judged["reason"].startswith("the stock run diverged (loss 3 at step 3")
+    assert judged["diverged"]["reference"] is None
+
+
+def test_verdict_on_a_stable_run_passes_a_right_norm_and_fails_a_wrong_one():
+    stock, ref = CPU_32768_DEFAULT_LR["stock"], CPU_32768_DEFAULT_LR["reference"]
+    # stock is 0.068 from ref at most (step 1): the bound is 2 * 0.068 + 2^-8 * 1.27 = 0.141
+    right = [r + (-1) ** i * 0.05 for i, r in enumerate(ref)]
+    judged = ddp_step.verdict(right, stock, ref, GRADS_PASSED)
+    assert judged["verdict"] == "passed", judged
+    assert judged["losses"]["bound"] == pytest.approx(0.141, abs=1e-3)
+    assert all(why is None for why in judged["diverged"].values())
+    # negative controls: a norm whose run lags the reference by 0.2 nats at step 2, one that
+    # diverges alone, one that is not finite, one with a wrong dw
+    wrong = [*ref[:2], ref[2] + 0.2, *ref[3:]]
+    diverging = [*ref[:4], 2.0, 3.0, 4.0, 5.0]
+    for ours, why in [(wrong, "max|ours-ref| 0.2 > bound 0.141"),
+                      (diverging, "max|ours-ref| 4.98 > bound"),
+                      ([*ref[:-1], float("nan")], "a loss is not finite")]:  # fmt: skip
+        judged = ddp_step.verdict(ours, stock, ref, GRADS_PASSED)
+        assert judged["verdict"] == "failed" and why in judged["reason"], judged
+    judged = ddp_step.verdict(right, stock, ref, GRADS_FAILED)
+    assert judged["verdict"] == "failed" and "gradients at step 0" in judged["reason"]
+    # without a gradient check the losses decide alone
+    assert ddp_step.verdict(right, stock, ref)["verdict"] == "passed"
+
+
+def test_overall_status_and_exit_codes():
+    passed = {"verdict": "passed", "reason": "every check passed"}
+    unsure = {"verdict": "inconclusive", "reason": "the reference run diverged (...)"}
+    failed = {"verdict": "failed", "reason": "the losses failed their rule"}
+    assert ddp_step.overall_status({"hidden=4096": passed}) == ("passed", 0)
+    assert ddp_step.overall_status({"hidden=64": {}}) == ("passed", 0)  # no check ran
+    status, code = ddp_step.overall_status({"hidden=4096": passed, "hidden=32768": unsure})
+    assert code == ddp_step.EXIT_INCONCLUSIVE == 4
+    assert status == "INCONCLUSIVE: hidden=32768: the reference run diverged (...)"
+    status, code = ddp_step.overall_status({"hidden=4096": failed, "hidden=32768": unsure})
+    assert code == ddp_step.EXIT_FAILED == 1
+    assert status == "FAILED: hidden=4096: the losses failed their rule"
+    # distinct from the hung step's status and from argparse's 2
+    assert len({0, ddp_step.EXIT_FAILED, ddp_step.EXIT_INCONCLUSIVE,
+                ddp_step.StepWatchdog.EXIT_HUNG, 2}) == 5  # fmt: skip
+
+
 def test_grad_rule_rejects_a_zero_gradient():
     ref = {"norm": torch.linspace(1, 2, 64)}
     stock = {"norm": ref["norm"] * (1 + 2**-9)}
@@ -129,7 +237,31 @@ def test_training_step_on_one_rank(tmp_path, one_rank, parallel):
         assert len(run["losses"]) == 2 and run["losses"][1] < run["losses"][0]
         assert len(run["step_s_max_rank"]) == 2 and run["median_step_s"] > 0
     assert entry["losses"]["passed"] and entry["norm_grads"]["passed"]
+    assert entry["verdict"] == "passed" and entry["lr"] == 1e-2  # TINY's --lr
     assert len(entry["norm_grads"]["per_norm"]) == 3  # two in the block, the final one
+
+
+def test_stock_runs_alone_at_the_default_lr(tmp_path, one_rank):
+    """--no-ours: the stock runs and their stability, no check; the lr is the width's default."""
+    out = tmp_path / "ddp.json"
+    argv = [a for a in TINY if a not in ("--lr", "1e-2")]
+    assert ddp_step.main([*argv, "--no-ours", "--out", str(out)]) == 0
+    (entry,) = json.loads(out.read_text())["results"].values()
+    assert set(entry["runs"]) == {"stock", "reference"} and "verdict" not in entry
+    assert entry["lr"] == ddp_step.default_lr(64) == 1e-3
+    assert entry["diverged"] == {"stock": None, "reference": None}
+
+
+def test_a_diverging_reference_makes_the_run_inconclusive(tmp_path, one_rank):
+    """At lr 1 every run's loss jumps up at the first step (4.2 -> ~20 on the CPU): the loss
+    rule is not judged, the gradient rule still is, the exit status says inconclusive."""
+    out = tmp_path / "ddp.json"
+    assert ddp_step.main([*TINY, "--lr", "1", "--out", str(out)]) == ddp_step.EXIT_INCONCLUSIVE
+    record = json.loads(out.read_text())
+    (entry,) = record["results"].values()
+    assert record["status"].startswith("INCONCLUSIVE: hidden=64: the reference run diverged")
+    assert entry["verdict"] == "inconclusive" and not entry["passed"]
+    assert entry["diverged"]["reference"] is not None and entry["norm_grads"]["passed"]
 
 
 def _zero_dw_norm(n: int, eps: float):
@@ -149,12 +281,27 @@ def _wrong_eps_norm(n: int, eps: float):
     ids=["zero-dw", "wrong-eps"],
 )
 def test_the_checks_reject_a_wrong_norm(monkeypatch, tmp_path, one_rank, norm, rejected_by):
+    """On a stable run (neither yardstick diverged), so the loss rule is judged."""
     monkeypatch.setitem(ddp_step.NORMS, "ours", norm)
     out = tmp_path / "ddp.json"
     assert ddp_step.main([*TINY, "--out", str(out)]) == 1
     record = json.loads(out.read_text())
     (entry,) = record["results"].values()
     assert record["status"].startswith("FAILED") and not entry[rejected_by]["passed"]
+    assert entry["verdict"] == "failed"
+    assert entry["diverged"]["reference"] is None and entry["diverged"]["stock"] is None
+
+
+@pytest.mark.parametrize("norm", [_zero_dw_norm, _wrong_eps_norm], ids=["zero-dw", "wrong-eps"])
+def test_a_wrong_dw_fails_a_diverging_run_too(monkeypatch, tmp_path, one_rank, norm):
+    """At lr 1 (the reference diverges) the step-0 gradient rule still rejects a wrong norm:
+    inconclusive is never the answer for a dw the first step already shows is wrong."""
+    monkeypatch.setitem(ddp_step.NORMS, "ours", norm)
+    out = tmp_path / "ddp.json"
+    assert ddp_step.main([*TINY, "--lr", "1", "--out", str(out)]) == ddp_step.EXIT_FAILED
+    (entry,) = json.loads(out.read_text())["results"].values()
+    assert entry["diverged"]["reference"] is not None
+    assert entry["verdict"] == "failed" and not entry["norm_grads"]["passed"]
 
 
 def test_a_hung_step_aborts_with_a_message():
