@@ -9,6 +9,8 @@ ranking is read from the committed results with --from.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import sys
 import textwrap
@@ -123,6 +125,15 @@ def _parser(on_cuda: bool) -> argparse.ArgumentParser:
         help="rank stored results files (or pytest-benchmark JSON) without measuring; a "
         "directory stands for its *.jsonl files; each file is one run and is ranked on its own "
         f"(the H200 ranking: --from {H200_RESULTS})",
+    )
+    p.add_argument(
+        "--resume",
+        type=_existing_file,
+        default=None,
+        metavar="FILE",
+        help="continue an interrupted run in its own file: the cases it finished are kept, the "
+        "rest measured and appended (its options come from the file; the same commit, versions "
+        "and GPU are required). For runs cut by a time limit: repeat until it is complete",
     )
     p.add_argument(
         "--costs",
@@ -316,6 +327,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+#: What a resumed run must share with the run it continues (harness.provenance's fields).
+RESUME_IDENTITY = ("commit", "dirty", "versions", "gpu", "driver", "cuda", "triton_autotune")
+
+
+def _resume_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """args's measuring options from the interrupted run's file (its provenance's "config")."""
+    from harness import results
+
+    try:
+        provenance, _ceiling, _rows = results.load(args.resume)
+    except (ValueError, UnicodeDecodeError) as exc:
+        parser.error(f"argument --resume: {args.resume}: not a results file ({exc})")
+    if provenance.get("complete"):
+        parser.error(f"argument --resume: {args.resume} is complete: nothing to resume")
+    config = provenance.get("config")
+    if not config:
+        parser.error(f"argument --resume: {args.resume} does not record its options (written "
+                     "before --resume existed); measure the missing cases with --shape")  # fmt: skip
+    args.shape, args.preset = config["shapes"], None
+    args.dtypes, args.modes, args.timing = config["dtypes"], config["modes"], config["timings"]
+    args.backends, args.op, args.costs = config["backends"], config["op"], config["costs"]
+    args.first_call_shapes = config["first_call_shapes"]
+
+
 def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace, on_cuda: bool) -> None:
     """Errors argparse cannot see alone (exit 2, with the usage line)."""
     if args.from_files is not None:
@@ -326,6 +361,13 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace, on_cu
             parser.error(f"argument --from: ranks stored runs; {', '.join(given)} only apply "
                          "when measuring")  # fmt: skip
         return
+    if args.resume is not None:
+        given = [f"--{name}" for name in ("from_files", "backends", "preset", "out", "timing", "costs")
+                 if getattr(args, name)] + (["--shape"] if args.shape else [])  # fmt: skip
+        if given:
+            parser.error(f"argument --resume: the run's options come from its file; "
+                         f"{', '.join(g.replace('_files', '') for g in given)} cannot change them")  # fmt: skip
+        _resume_options(parser, args)
     if args.out:
         folder = Path(args.out) if args.out.endswith(("/", os.sep)) else Path(args.out).parent
         try:
@@ -502,17 +544,35 @@ def _measure(args, on_cuda: bool):
         if args.first_call_shapes is None
         else [shapes.parse_shape(s) for s in args.first_call_shapes],
     )
-    out = Path(args.out) if args.out else results.default_path(info)
-    if args.out and (args.out.endswith(("/", os.sep)) or out.is_dir()):
-        out = out / results.default_path(info, root="").name
-    path = results.fresh_path(out)
-    writer = results.ResultWriter(path)
-    writer.write({"kind": "provenance", **info})
-    writer.write({"kind": "ceiling", **ceiling})
-    print(f"harness.compare: {estimate(config_shapes, len(config.dtypes), config.backends, args.timing, info.get('gpu'))}\n"
-          f"  rows go to {path} as they finish", file=sys.stderr, flush=True)  # fmt: skip
+    info["config"] = {
+        "shapes": [shapes.shape_label(s) for s in config_shapes], "dtypes": list(args.dtypes),
+        "modes": list(args.modes), "timings": list(args.timing),
+        "backends": [b.name for b in config.backends], "op": args.op, "costs": list(args.costs),
+        "first_call_shapes": args.first_call_shapes,
+    }  # fmt: skip
     rows: list[dict] = []
     started = time.perf_counter()
+    if args.resume is not None:
+        writer, info, ceiling, rows, done = _resumed(args.resume, info, config)
+        path = args.resume
+        config = dataclasses.replace(
+            config, done_cases=frozenset(done), ceiling_gbps=ceiling.get("ceiling_gbps")
+        )  # the run's own
+        started -= max((r.get("elapsed_s") or 0.0 for r in rows), default=0.0)
+        left = [s for s in config_shapes for d in args.dtypes
+                if (shapes.shape_label(s), d) not in done]  # fmt: skip
+        print(f"harness.compare: resuming {path}: {len(done)} cases kept, {len(left)} to "
+              "measure", file=sys.stderr, flush=True)  # fmt: skip
+    else:
+        out = Path(args.out) if args.out else results.default_path(info)
+        if args.out and (args.out.endswith(("/", os.sep)) or out.is_dir()):
+            out = out / results.default_path(info, root="").name
+        path = results.fresh_path(out)
+        writer = results.ResultWriter(path)
+        writer.write({"kind": "provenance", **info})
+        writer.write({"kind": "ceiling", **ceiling})
+        print(f"harness.compare: {estimate(config_shapes, len(config.dtypes), config.backends, args.timing, info.get('gpu'))}\n"
+              f"  rows go to {path} as they finish", file=sys.stderr, flush=True)  # fmt: skip
 
     def sink(row: dict) -> None:
         row["ceiling_gbps"] = ceiling.get("ceiling_gbps")
@@ -532,6 +592,39 @@ def _measure(args, on_cuda: bool):
         else:
             writer.close()
     return info, ceiling, rows, path, finished
+
+
+def _resumed(path: Path, info: dict, config) -> tuple:
+    """(writer appending to path, the run's provenance, its ceiling, the rows kept, the cases
+    kept as (shape label, dtype name)) for --resume. A case is kept when every backend of the
+    run wrote all its rows for it (a backend's step writes one row per mode and timing); the
+    rows of a case cut short are dropped and it is measured again, whole, in this process. The
+    file is rewritten (atomically) with the kept rows and its provenance's "resumed" list, the
+    dates of the processes that continued it, then appended to."""
+    from harness import results
+
+    provenance, ceiling, rows = results.load(path)
+    differ = [k for k in RESUME_IDENTITY if provenance.get(k) != info.get(k)]
+    if differ or provenance.get("config") != info["config"]:
+        what = ", ".join(f"{k} {provenance.get(k)!r} there, {info.get(k)!r} here" for k in differ)
+        raise SystemExit(f"harness.compare: --resume {path}: not the same run "
+                         f"({what or 'its options differ'}); start a new one")  # fmt: skip
+    per_case = len(config.backends) * len(config.modes) * len(config.timings)
+    counts: dict[tuple, int] = {}
+    for r in rows:
+        counts[(r["shape"], r["dtype"])] = counts.get((r["shape"], r["dtype"]), 0) + 1
+    done = {case for case, count in counts.items() if count == per_case}
+    kept = [r for r in rows if (r["shape"], r["dtype"]) in done]
+    provenance.pop("complete", None)
+    provenance["resumed"] = [*provenance.get("resumed", []), info["date"]]
+    records = [{"kind": "provenance", **provenance}, {"kind": "ceiling", **ceiling},
+               *({"kind": "row", **r} for r in kept)]  # fmt: skip
+    staged = path.with_name(path.name + ".resuming")
+    staged.write_text("".join(json.dumps(r, default=str) + "\n" for r in records), "utf-8")
+    os.replace(staged, path)
+    writer = results.ResultWriter(path, append=True)
+    writer.rows = len(kept)
+    return writer, provenance, ceiling, kept, done
 
 
 def _header(provenance: dict, ceiling: dict, stored: str | None, timed: bool = True) -> str:

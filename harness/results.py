@@ -70,10 +70,13 @@ def fresh_path(path: Path) -> Path:
 
 
 class ResultWriter:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, append: bool = False) -> None:
+        """A new file (never overwriting one), or with append an existing one: a resumed run
+        (harness.compare --resume) goes on after the rows it kept."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._file = open(path, "x", encoding="utf-8")  # noqa: SIM115  ("x": never overwrite)
+        # "x": never overwrite
+        self._file = open(path, "a" if append else "x", encoding="utf-8")  # noqa: SIM115
 
         self.rows = 0
 

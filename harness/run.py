@@ -49,6 +49,8 @@ class RunConfig:
     #: two fresh subprocesses per backend and dtype; slow) and the cases first_call covers
     #: (None: every case; cases outside config.shapes are ignored).
     costs: Sequence[str] = ()
+    #: (shape label, dtype name) cases already measured (a resumed run's): skipped.
+    done_cases: frozenset = frozenset()
     first_call_shapes: Sequence | None = None
 
 
@@ -152,7 +154,8 @@ def run(
     """Measure every case of ``config`` and hand each finished row to ``sink`` at once."""
     device = "cuda" if _on_cuda() else "cpu"
     first_calls = _FirstCalls(config, progress)
-    cases = [(s, d) for s in config.shapes for d in config.dtypes]
+    cases = [(s, d) for s in config.shapes for d in config.dtypes
+             if (shape_label(s), DTYPE_NAMES[d]) not in config.done_cases]  # fmt: skip
     total = len(cases) * len(config.backends)
     done = 0
     started = time.perf_counter()

@@ -165,6 +165,55 @@ def test_an_interrupted_run_is_marked_and_named_incomplete(capsys, tmp_path, mon
     assert "INCOMPLETE: " in capsys.readouterr().out
 
 
+def test_a_run_cut_short_is_resumed_in_its_own_file(capsys, tmp_path, monkeypatch):
+    """--resume: the cases the cut run finished are kept, the one cut mid-way is dropped and
+    measured again whole, the rest are measured, in the same file, which ends complete with
+    every case's rows once; options cannot be changed, a complete run or another commit's is
+    refused."""
+    import harness.run
+
+    real_run = harness.run.run
+    argv = ["--backends", "eager", "eager-fp32", "--shape", "8x64", "16x64", "8x128",
+            "--dtypes", "fp32", "bf16", "--timing", "check"]  # fmt: skip
+
+    def cut_after(k):
+        def run(config, sink, progress=lambda msg: None):
+            count = [0]
+
+            def counting(row):
+                if count[0] == k:
+                    raise KeyboardInterrupt
+                count[0] += 1
+                sink(row)
+
+            real_run(config, counting, progress)
+
+        return run
+
+    out = tmp_path / "cut.jsonl"
+    monkeypatch.setattr(harness.run, "run", cut_after(6))  # 4 rows a case: 1 case and a half
+    assert compare_main([*argv, "--out", str(out)]) == 130
+    monkeypatch.setattr(harness.run, "run", real_run)
+    capsys.readouterr()
+    _usage_error(capsys, ["--resume", str(out), "--backends", "eager"], "argument --resume",
+                 "--backends cannot change them")  # fmt: skip
+    assert compare_main(["--resume", str(out)]) == 0
+    assert "1 cases kept, 5 to measure" in capsys.readouterr().err
+    provenance, _, rows = results.load(out)
+    assert provenance["complete"] is True and len(provenance["resumed"]) == 1
+    keys = [(r["backend"], r["shape"], r["dtype"], r["mode"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 24  # 2 backends x 3 shapes x 2 dtypes x 2 modes
+    assert all(r["oracle_passed"] for r in rows)
+    _usage_error(capsys, ["--resume", str(out)], "argument --resume", "is complete")
+
+    other = tmp_path / "other.jsonl"
+    records = [json.loads(line) for line in out.read_text().splitlines()[:-1]]
+    records[0]["commit"] = "0123456789ab"
+    other.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(SystemExit, match="not the same run .*commit '0123456789ab' there"):
+        compare_main(["--resume", str(other)])
+
+
 def test_files_from_before_completion_records_are_not_called_incomplete():
     from tests.test_harness import H200_SEED_RUN
 
