@@ -11,9 +11,12 @@ rounded divisions and global stores in the PTX, and the shared memory the kernel
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import sys
+
+_EMPTY = inspect.Parameter.empty
 
 
 def compile_case(case: dict):
@@ -38,6 +41,9 @@ def compile_case(case: dict):
                   "ROWS_CONTIGUOUS": True,
                   "RECIPROCAL": case.get("reciprocal", False)}  # fmt: skip
     signature, attrs = {}, {}
+    for param in kernel.params:  # a defaulted constexpr left out takes its default, as at launch
+        if param.is_constexpr and param.name not in constexprs and param.default is not _EMPTY:
+            constexprs[param.name] = param.default
     for index, name in enumerate(kernel.arg_names):
         if name in pointers:
             signature[name] = "*" + pointers[name]

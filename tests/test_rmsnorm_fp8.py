@@ -376,3 +376,31 @@ def test_reciprocal_kernel_divides_once_a_scale_on_sm90():
             assert recip["div.rn"] <= per_thread + 1, (case, recip)
         else:
             assert recip["div.rn"] < per_thread, (case, recip)
+
+
+@pytest.mark.parametrize("scaling", ["per_token", "per_tensor", "block"])
+def test_w_loaded_early_at_small_grids_gives_the_same_bits(monkeypatch, scaling):
+    """W_EARLY (at most one program an SM) loads w with x; the codes, scales and rstd are the
+    bits of w loaded after the reduction."""
+    from impls.triton_rmsnorm import common, fp8, fp8_kernels
+
+    inp = _inputs((64, 300), residual=True)
+    scale = _static_scale(inp.x, inp.weight, E4) if scaling == "per_tensor" else None
+    seen, outputs = [], []
+    launch_fixed = fp8.launch._launch_fixed
+
+    def spy(kernel, grid, *args, **meta):
+        if kernel is fp8_kernels.rmsnorm_fp8_fwd_kernel:
+            seen.append(meta["W_EARLY"])
+        return launch_fixed(kernel, grid, *args, **meta)
+
+    monkeypatch.setattr(fp8.launch, "_launch_fixed", spy)
+    for sms in (1, 64):  # 64 rows: more programs than SMs (one), then not more
+        monkeypatch.setattr(common, "_programs_cap", lambda device, sms=sms: sms)
+        outputs.append(fp8.rmsnorm_fp8_forward(inp.x, inp.weight, EPS, 0.0, scaling, scale, E4,
+                                               residual=inp.residual))  # fmt: skip
+    assert seen == [False, True]
+    for late, early in zip(*outputs, strict=True):
+        if late is not None:
+            assert torch.equal(late.view(torch.uint8) if late.dtype == E4 else late,
+                               early.view(torch.uint8) if early.dtype == E4 else early)  # fmt: skip

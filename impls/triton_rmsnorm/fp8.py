@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from . import fp8_kernels, launch
+from . import common, fp8_kernels, launch
 from .function import _needs_grad, _rows, _shaped, _validate_residual, validate_inputs
 
 SCALINGS = ("per_token", "per_tensor", "block")
@@ -120,9 +120,10 @@ def rmsnorm_fp8_forward(
         s_strides = (s_arg.stride(0), s_arg.stride(1) if s_arg.dim() == 2 else 0)
         config = fp8_launch_config(n, scaling, x.element_size())
         block_m, block_n = config["BLOCK_M"], fp8_block_n(n, scaling)
+        programs = launch.cdiv(m, block_m)
         with launch._on_device(x):
             launch._launch_fixed(
-                fp8_kernels.rmsnorm_fp8_fwd_kernel, (launch.cdiv(m, block_m),),
+                fp8_kernels.rmsnorm_fp8_fwd_kernel, (programs,),
                 x, weight, q, s_arg, rstd, r_arg, h_arg, rstd if scale is None else scale,
                 x.stride(0), q.stride(0), r_arg.stride(0), h_arg.stride(0), *s_strides,
                 m, n, eps, offset,
@@ -132,6 +133,7 @@ def rmsnorm_fp8_forward(
                 HAS_RESIDUAL=residual is not None, CAST_IN_KERNEL=cast_in_kernel,
                 ROWS_CONTIGUOUS=all(t.stride(0) == n for t in (x, q, r_arg, h_arg)),
                 RECIPROCAL=reciprocal,
+                W_EARLY=programs <= common._programs_cap(x.device),
             )  # fmt: skip
     if not cast_in_kernel:  # the interpreter's fp8 conversion is wrong: torch converts v
         q = q.to(fp8_dtype)

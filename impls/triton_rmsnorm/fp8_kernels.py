@@ -71,6 +71,7 @@ def rmsnorm_fp8_fwd_kernel(
     CAST_IN_KERNEL: tl.constexpr,
     ROWS_CONTIGUOUS: tl.constexpr = False,  # every row stride is N: the strides are ignored
     RECIPROCAL: tl.constexpr = False,  # y * rn(1 / scale) instead of rn(y / scale) (see below)
+    W_EARLY: tl.constexpr = False,  # load w with x: grids of at most one program an SM
 ):
     """RECIPROCAL divides once per scale (a row, a block, the tensor) and multiplies each
     element: rn(y * rn(1 / s)) is within 2 roundings (2**-23 relative) of y / s, so a code can
@@ -88,6 +89,8 @@ def rmsnorm_fp8_fwd_kernel(
     cols = tl.arange(0, BLOCK_N)
     row_mask = rows < M
     mask = row_mask[:, None] & (cols < N)[None, :]
+    if W_EARLY:  # as kernels.rmsnorm_fwd_kernel's: no other program hides w's latency
+        w_early = tl.load(W + cols, mask=cols < N, other=0.0)
     x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
     if HAS_RESIDUAL:
         r = tl.load(R + rows[:, None] * stride_r_row + cols[None, :], mask=mask, other=0.0)
@@ -97,7 +100,10 @@ def rmsnorm_fp8_fwd_kernel(
     x = x.to(tl.float32)
     mean_sq = tl.sum(x * x, axis=1) / N
     rstd = 1.0 / tl.sqrt_rn(mean_sq + eps)
-    w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32) + offset
+    if W_EARLY:
+        w = w_early.to(tl.float32) + offset
+    else:
+        w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32) + offset
     y = x * rstd[:, None] * w[None, :]
     if SCALING == 0:
         scale = _dynamic_scale(tl.reduce(tl.abs(y), 1, _max_propagating_nan), FP8_MAX)
