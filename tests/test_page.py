@@ -1,5 +1,6 @@
 """The results page is generated from the index of current runs (harness.page)."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,10 @@ ROOT = Path(__file__).resolve().parent.parent
 INDEX = ROOT / "results" / "nvidia-h200" / "INDEX.md"
 
 
-def test_index_names_existing_files_and_the_page_is_current(monkeypatch):
+def test_index_names_existing_files_and_the_pages_are_current(monkeypatch):
+    """The results page and every run's page are what harness.page writes from the index
+    (stale: regenerate), the results page stays under 40 KB, links each run's page, and no
+    run page is left for a run the index no longer lists."""
     monkeypatch.chdir(ROOT)  # the page names the command that made it, with relative paths
     entries = page.read_index(INDEX)
     assert {e["run"] for e in entries} >= {
@@ -20,15 +24,21 @@ def test_index_names_existing_files_and_the_page_is_current(monkeypatch):
         "narrow-odd-large",
         "overhead",
     }
-    text = page.build_page(INDEX.relative_to(ROOT), Path("results/README.md"), make_plots=False)
+    out = Path("results/README.md")
+    pages = page.build_pages(INDEX.relative_to(ROOT), out, make_plots=False)
+    text = pages[out]
     assert len(text.encode()) <= 40_000, "results page over 40 KB: trim it or split the index"
     for e in entries:
         assert e["file"] in text
     assert "**In short**" in text
-    committed = (ROOT / "results" / "README.md").read_text(encoding="utf-8")
-    assert committed == text, "results/README.md is stale: run python -m harness.page " + str(
-        INDEX.relative_to(ROOT)
-    )
+    fix = "run python -m harness.page " + str(INDEX.relative_to(ROOT))
+    for path, expected in pages.items():
+        committed = (ROOT / path).read_text(encoding="utf-8")
+        assert committed == expected, f"{path} is stale: {fix}"
+        if path != out:
+            assert os.path.relpath(path, out.parent) in text  # linked from the results page
+    run_pages = {p.relative_to(ROOT) for p in (INDEX.parent / "runs").glob("*.md")}
+    assert run_pages == set(pages) - {out}, f"run pages of runs no longer listed: {fix}"
 
 
 def test_index_errors_name_the_problem(tmp_path):
