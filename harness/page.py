@@ -288,7 +288,7 @@ def build_pages(index: Path, out: Path, make_plots: bool = True) -> dict[Path, s
                 body += [f"## {op} {mode}", "", mode_table(rows, mode, op), "", *verdicts, ""]
             costs = costs_table(rows, op)
             if costs:
-                body += [f"## {op}: costs per backend", "", costs, ""]
+                body += [f"## {op}: costs per backend", "", report.COSTS_NOTE, "", costs, ""]
         lines += [""]
         pages[page_path] = _run_page(e, i, body, page_path, out, command)
     pages[out] = "\n".join(lines).rstrip() + "\n"

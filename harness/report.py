@@ -407,7 +407,9 @@ def timings_of(rows: list[dict], mode: str) -> list[str]:
 # ---- cost columns (harness.costs) and the DRAM byte check (harness.ncu_bytes) ---------------
 
 COSTS_NOTE = (
-    "Host µs: host time per call with the GPU kept busy (calls queued behind a GPU sleep). "
+    "Host µs: host time per call with the GPU kept busy (calls queued behind a GPU sleep); a "
+    "backend with a backward is timed forward with inputs that need grad (an autograd node "
+    "recorded, as in training; the no-grad forward: harness.overhead). "
     "First call: seconds from building the backend (its import included) to the end of its "
     "first call at the case, in a fresh process with empty compile caches (cold) and again with "
     "the caches the first left (warm); extra MiB: the first call's peak allocation above a "
