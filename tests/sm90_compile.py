@@ -71,7 +71,7 @@ def compile_ptx(case: dict) -> str:
                       "PERSISTENT": case["persistent"], "ROWS_CONTIGUOUS": True,
                       "W_EARLY": case.get("w_early", False)}  # fmt: skip
     constexprs.update(BLOCK_M=1, BLOCK_N=case["block_n"], LOOP_STAGES=stages,
-                      HOLD_STORAGE_FORM=case["hold"])  # fmt: skip
+                      HOLD_STORAGE_FORM=case["hold"], **case.get("constexprs", {}))  # fmt: skip
     options = {"num_warps": case["warps"], "num_stages": stages}
     return _ptx(kernel, pointer_types, constexprs, options)
 

@@ -39,7 +39,8 @@ def compile_case(case: dict):
                   "GROUPS": block_n // BLOCK_GROUP, "BLOCK_M": case.get("block_m", 1),
                   "BLOCK_N": block_n, "HAS_RESIDUAL": case["residual"], "CAST_IN_KERNEL": True,
                   "ROWS_CONTIGUOUS": True,
-                  "RECIPROCAL": case.get("reciprocal", False)}  # fmt: skip
+                  "RECIPROCAL": case.get("reciprocal", False),
+                  "W_EARLY": case.get("w_early", False)}  # fmt: skip
     signature, attrs = {}, {}
     for param in kernel.params:  # a defaulted constexpr left out takes its default, as at launch
         if param.is_constexpr and param.name not in constexprs and param.default is not _EMPTY:

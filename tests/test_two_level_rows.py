@@ -201,3 +201,24 @@ def test_a_head_view_replays_its_launches():
     key = launch._forward_replay_key(inputs.x, inputs.weight, None)
     assert launch._forward_replay_key(other, inputs.weight, None) != key
     assert launch._forward_replay_key(inputs.x.reshape(24, 64), inputs.weight, None) != key
+
+
+def test_two_level_kernels_compile_for_sm90():
+    """The interpreter never compiles: the forward (one program a tile with W_EARLY, and a
+    persistent grid, at 32 and 40 heads) and the backward with HEADS compile for sm_90 (Triton's
+    bundled ptxas, no GPU needed)."""
+    pytest.importorskip(
+        "triton.backends.nvidia.compiler", reason="Triton without its NVIDIA backend"
+    )
+    from tests import sm90_compile
+
+    base = {"x": "bf16", "stages": 1, "block_n": 128, "extra": False, "hold": False, "warps": 4}
+    cases = [
+        {**base, "kernel": "fwd", "persistent": False,
+         "constexprs": {"HEADS": 32, "STRIDE_X_OUTER": 6144, "W_EARLY": True}},
+        {**base, "kernel": "fwd", "persistent": True,
+         "constexprs": {"HEADS": 40, "STRIDE_X_OUTER": 7168}},
+        {**base, "kernel": "bwd", "dy": "bf16", "persistent": False,
+         "constexprs": {"HEADS": 32, "STRIDE_X_OUTER": 6144}},
+    ]  # fmt: skip
+    assert len(sm90_compile.run(cases)) == len(cases)
