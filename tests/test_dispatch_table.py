@@ -271,3 +271,61 @@ def test_unify_without_gpu_gives_each_width_its_largest_m_class_pick(tmp_path):
     assert got.lookup(bwd, 4096, 1).path == "single_tile"  # the backward is left alone
     assert got.meta["unified_without_gpu"] == ["float16"]
     assert tune.main(["--unify-without-gpu", "--out", str(tmp_path / "missing.json")]) == 2
+
+
+def test_choose_says_where_each_choice_comes_from(monkeypatch):
+    """dispatch.choose (what dispatch.run runs, and explain shows) on a CUDA device without a
+    GPU: the table's entry when its path is offered, the default when it is not or there is
+    none, an override with or without the entry's configurations, each with its source."""
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(dispatch, "_INTERPRETING", False)
+    key = dispatch.entry_key("fwd", (torch.bfloat16,) * 3, False)
+    configs = {"rmsnorm_fwd_kernel": {"BLOCK_M": 2, "num_warps": 8}}
+    found = {"entry": Entry(key, 4096, 512, "looped", configs)}
+    monkeypatch.setattr(dispatch, "lookup", lambda *args: found["entry"])
+    paths = [launch._forward_single_tile, launch._forward_looped]
+
+    def choice():
+        return dispatch.choose("fwd", (torch.bfloat16,) * 3, False, 4096, 600, paths, cuda)
+
+    first = choice()
+    assert (first.path, first.configs, first.source) == (paths[1], configs, "table")
+    assert first.describe() == "the table's entry n=4096, m=512 of the dispatch table"
+    found["entry"] = Entry(key, 4096, 512, "held_row", configs)  # not offered here
+    assert choice()[:3] == (paths[0], None, "not_offered")
+    assert "names 'held_row', which is not offered" in choice().describe()
+    not_offered = pytest.raises(ValueError, match="not offered for this call; offered: single")
+    with dispatch.override(forward="held_row"), not_offered:  # forcing it is an error
+        choice()
+    found["entry"] = Entry(key, 4096, 512, "looped", configs)
+    with dispatch.override(forward="looped"):
+        assert choice()[:3] == (paths[1], configs, "override_table")
+    with dispatch.override(forward="single_tile"):
+        assert choice()[:3] == (paths[0], None, "override")
+        assert choice().describe() == ("dispatch.override forced 'single_tile', heuristic "
+                                       "configurations")  # fmt: skip
+    found["entry"] = None
+    monkeypatch.setattr(dispatch, "_HEURISTIC_ONLY", False)  # (the tests' conftest sets it)
+    assert choice()[:3] == (paths[0], None, "no_entry")
+    monkeypatch.setattr(dispatch, "_HEURISTIC_ONLY", True)
+    assert choice().source == "autotune_off"
+    cpu = dispatch.choose("fwd", (torch.bfloat16,) * 3, False, 4096, 600, paths,
+                          torch.device("cpu"))  # fmt: skip
+    assert cpu.source == "interpreter"
+
+
+def test_explain_names_each_directions_path_source_and_configs(capsys):
+    from impls.triton_rmsnorm import explain
+
+    x = torch.empty((16, 256), dtype=torch.bfloat16, device=DEVICE)
+    w = torch.empty((256,), dtype=torch.bfloat16, device=DEVICE)
+    text = explain.explain(x, w)
+    assert text.splitlines()[0].startswith("rmsnorm on ") and "M=16, N=256" in text
+    assert "fwd: single_tile  (" in text and "\nbwd: " in text and "offered: " in text
+    with dispatch.override(forward="single_tile"):
+        assert "dispatch.override forced 'single_tile'" in explain.explain(x, w)
+    assert explain.main(["8x64", "--dtype", "fp16", "--residual", "--device", DEVICE]) == 0
+    printed = capsys.readouterr().out
+    assert "M=8, N=64, x torch.float16" in printed and ", residual" in printed
+    with pytest.raises(SystemExit):
+        explain.main(["8by64"])

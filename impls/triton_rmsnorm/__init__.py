@@ -5,7 +5,8 @@ configs and allocation in its modules, docs/design.md) -> function.py (checks, a
 -> module.py (nn.Module) -> backend.py (registry entry).
 Which path and configurations serve a call: dispatch.py (decided ahead of time, from the
 dispatch table, dispatch_table.py, written by `python -m impls.triton_rmsnorm.tune`;
-`dispatch.override(...)` forces a path, `dispatch.tuning()` tunes at run time).
+`dispatch.override(...)` forces a path, `dispatch.tuning()` tunes at run time; explain.py says
+which path a call gets and why).
 fp8_kernels.py -> fp8.py: rmsnorm_fp8, the norm quantized to fp8 in the same pass.
 """
 

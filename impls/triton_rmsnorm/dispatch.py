@@ -39,6 +39,7 @@ import os
 import threading
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -411,34 +412,80 @@ def _named_path(paths: list, name: str, direction: str):
     )
 
 
-def run(direction: str, dtypes: tuple, residual: bool, n: int, m: int, paths: list,
-        device: torch.device, args: tuple, fastest) -> None:  # fmt: skip
-    """Run the call (args) on the path of `paths` (the default first) that serves it: a forced
-    one (override), else an opt-in tuning's pick (fastest(paths, args) measures them), else
-    the dispatch table's, else the default in heuristic configurations. The path's kernels
-    read the chosen configurations from _ACTIVE.configs (kernel_launch._launch)."""
+class Choice(NamedTuple):
+    """Which offered path serves a call, with its kernels' configurations (None: each kernel's
+    heuristic), where the choice came from (one of SOURCES) and the table entry it read, if
+    any. Cheap to make (no text): `describe` words it for `explain`."""
+
+    path: object
+    configs: dict | None
+    source: str
+    entry: Entry | None = None
+    forced: str | None = None
+
+    def describe(self) -> str:
+        e, name = self.entry, self.forced
+        at = f"the table's entry n={e.n}, m={e.m}" if e is not None else ""
+        return SOURCES[self.source].format(at=at, name=name, entry_path=e.path if e else None)
+
+
+#: Choice.source -> how explain words it.
+SOURCES = {
+    "override": "dispatch.override forced {name!r}, heuristic configurations",
+    "override_configs": "dispatch.override forced {name!r} with its configurations",
+    "override_table": "dispatch.override forced {name!r}, with the configurations of {at}",
+    "table": "{at} of the dispatch table",
+    "not_offered": "heuristic: {at} names {entry_path!r}, which is not offered for this call",
+    "interpreter": "heuristic: no table under the Triton interpreter",
+    "autotune_off": "heuristic: RMSNORM_TRITON_AUTOTUNE=0",
+    "no_entry": "heuristic: no table entry for this GPU, dtypes, residual and padded width",
+}
+
+
+def choose(direction: str, dtypes: tuple, residual: bool, n: int, m: int, paths: list,
+           device: torch.device) -> Choice:  # fmt: skip
+    """The path of `paths` (the default first) and configurations that serve the call, without
+    running or measuring anything: a forced one (override), else the dispatch table's entry
+    when its path is offered, else the default in heuristic configurations. (An opt-in tuning
+    measures before this: run.)"""
     name = forced(direction) if overridden() else None
     entry = None
     if device.type == "cuda" and not _INTERPRETING:
-        if name is None and (_SESSION is not None or _TUNE_ENV):
-            session = tunes(direction, dtypes, residual, n, m, device)
-            if session is not None and tune_call(
-                session, direction, dtypes, residual, n, m, paths, args, device, fastest,
-                path_name,
-            ):  # fmt: skip
-                return
         entry = lookup(direction, dtypes, residual, n, m, device.index or 0)
-    path, configs = paths[0], None
     if name is not None:
         path = _named_path(paths, name, direction)
         configs = forced_configs(direction)
-        if configs is None and entry is not None and entry.path == path_name(path):
-            configs = entry.configs
-    elif entry is not None:
+        if configs is not None:
+            return Choice(path, configs, "override_configs", entry, name)
+        if entry is not None and entry.path == path_name(path):
+            return Choice(path, entry.configs, "override_table", entry, name)
+        return Choice(path, None, "override", entry, name)
+    if entry is not None:
         for offered in paths:
             if path_name(offered) == entry.path:
-                path, configs = offered, entry.configs
-                break
+                return Choice(offered, entry.configs, "table", entry)
+        return Choice(paths[0], None, "not_offered", entry)
+    if device.type != "cuda" or _INTERPRETING:
+        return Choice(paths[0], None, "interpreter")
+    if _HEURISTIC_ONLY and _SESSION is None:
+        return Choice(paths[0], None, "autotune_off")
+    return Choice(paths[0], None, "no_entry")
+
+
+def run(direction: str, dtypes: tuple, residual: bool, n: int, m: int, paths: list,
+        device: torch.device, args: tuple, fastest) -> None:  # fmt: skip
+    """Run the call (args) on the path of `paths` (the default first) that serves it: an opt-in
+    tuning's pick (fastest(paths, args) measures them) unless a path is forced, else `choose`'s.
+    The path's kernels read the chosen configurations from _ACTIVE.configs
+    (kernel_launch._launch)."""
+    tuning_on = _SESSION is not None or _TUNE_ENV
+    if tuning_on and device.type == "cuda" and not _INTERPRETING and not forced(direction):
+        session = tunes(direction, dtypes, residual, n, m, device)
+        if session is not None and tune_call(
+            session, direction, dtypes, residual, n, m, paths, args, device, fastest, path_name
+        ):
+            return
+    path, configs, *_ = choose(direction, dtypes, residual, n, m, paths, device)
     if configs is None:
         path(*args)
         return

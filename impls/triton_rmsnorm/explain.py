@@ -1,0 +1,91 @@
+"""Which path and launch configurations a call would get, and why, without running it:
+
+    from impls.triton_rmsnorm.explain import explain
+    print(explain(x, weight))                       # x, weight as you would call rmsnorm
+
+    python -m impls.triton_rmsnorm.explain 2048x4096 --dtype bf16 [--residual] [--device cuda]
+
+For each direction: the paths offered for the call (the default first), the one that serves it
+and where that came from (the dispatch table's entry and the point it was measured at, an
+override, or the heuristic and why), and its kernels' configurations. It asks what a call
+asks (dispatch.choose), so under dispatch.override it says what the override does; an opt-in
+runtime tuning would measure the offered paths first (dispatch.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from . import dispatch, launch
+from .function import _rows, _x_rows
+
+
+def _lines(direction: str, dtypes: tuple, residual: bool, n: int, m: int, paths: list,
+           device: torch.device) -> list[str]:  # fmt: skip
+    choice = dispatch.choose(direction, dtypes, residual, n, m, paths, device)
+    offered = ", ".join(dispatch.path_name(p) for p in paths)
+    configs = (
+        "heuristic"
+        if choice.configs is None
+        else ", ".join(
+            f"{kernel} {dict(sorted(c.items()))}" for kernel, c in sorted(choice.configs.items())
+        )
+    )
+    return [f"{direction}: {dispatch.path_name(choice.path)}  ({choice.describe()})",
+            f"  offered: {offered}", f"  configs: {configs}"]  # fmt: skip
+
+
+def explain(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    residual: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    dy: torch.Tensor | None = None,
+) -> str:
+    """The forward's and the backward's choice for rmsnorm(x, weight, residual=residual,
+    out_dtype=out_dtype), the backward's for an incoming gradient like dy (default: contiguous,
+    y's dtype), as text."""
+    x2d = _rows(x) if residual is not None else _x_rows(x)
+    m, n = launch.rows_and_width(x2d)
+    y = torch.empty((m, n), dtype=out_dtype or x.dtype, device=x.device)
+    has_residual = residual is not None
+    lines = [f"rmsnorm on {x.device}: M={m}, N={n}, x {x.dtype}, weight {weight.dtype}"
+             + (", residual" if has_residual else "")]  # fmt: skip
+    with launch._on_device(x):
+        paths = launch.forward_paths(x2d, y, weight, has_residual)
+        lines += _lines("fwd", (x.dtype, weight.dtype, y.dtype), has_residual, n, m, paths,
+                        x.device)  # fmt: skip
+        grad = torch.empty((m, n), dtype=y.dtype, device=x.device) if dy is None else _rows(dy)
+        dh = grad if has_residual else None
+        paths = launch._backward_paths(x2d, grad, weight, dh)
+        dtypes = (x.dtype, weight.dtype, grad.dtype, grad.dtype)
+        lines += _lines("bwd", dtypes, has_residual, n, m, paths, x.device)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m impls.triton_rmsnorm.explain",
+                                description=__doc__.splitlines()[0])  # fmt: skip
+    p.add_argument("shape", help="MxN, e.g. 2048x4096")
+    p.add_argument("--dtype", default="bf16", choices=["fp16", "bf16", "fp32"])
+    p.add_argument("--residual", action="store_true", help="a pre-norm residual add")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = p.parse_args(argv)
+    try:
+        m, n = (int(v) for v in args.shape.lower().split("x"))
+    except ValueError:
+        p.error(f"argument shape: expected MxN with integers, got {args.shape!r}")
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
+    x = torch.empty((m, n), dtype=dtype, device=args.device)
+    w = torch.empty((n,), dtype=dtype, device=args.device)
+    r = torch.empty_like(x) if args.residual else None
+    print(explain(x, w, residual=r))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
