@@ -322,6 +322,7 @@ def test_explain_names_each_directions_path_source_and_configs(capsys):
     text = explain.explain(x, w)
     assert text.splitlines()[0].startswith("rmsnorm on ") and "M=16, N=256" in text
     assert "fwd: single_tile  (" in text and "\nbwd: " in text and "offered: " in text
+    assert "  not offered:\n    split: N <= 65536: the single tile takes it" in text
     with dispatch.override(forward="single_tile"):
         assert "dispatch.override forced 'single_tile'" in explain.explain(x, w)
     assert explain.main(["8x64", "--dtype", "fp16", "--residual", "--device", DEVICE]) == 0
@@ -329,3 +330,40 @@ def test_explain_names_each_directions_path_source_and_configs(capsys):
     assert "M=8, N=64, x torch.float16" in printed and ", residual" in printed
     with pytest.raises(SystemExit):
         explain.main(["8by64"])
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["cpu", "simulated-h200"])
+def test_offers_give_the_launchers_paths_with_a_reason_for_each_left_out(monkeypatch, gpu):
+    """offers.py (explain's reasons) and the launcher's fast path lists agree on every call of
+    a grid (widths across every threshold, M below and above the SM count, 16- and 32-bit,
+    residual or not, aligned or not), on this machine and on a simulated Hopper-class GPU;
+    every family left out says why."""
+    from impls.triton_rmsnorm import backward_launch, common, held_paths, offers
+
+    if gpu:
+        if held_paths.gluon_kernels is None:
+            pytest.skip("Gluon is not available in this Triton")
+        monkeypatch.setattr(common, "_inline_ptx_runs", lambda: True)
+        monkeypatch.setattr(common, "_hopper_class", lambda device: True)
+        monkeypatch.setattr(common, "_sm_count", lambda index: 132)
+        monkeypatch.setattr(common, "_programs_cap", lambda device: 132)
+        monkeypatch.setattr(common, "_shared_bytes_per_block", lambda index: 232448)
+        monkeypatch.setattr(common, "_shared_bytes_per_sm", lambda index: 233472)
+        monkeypatch.setattr(backward_launch, "_two_role_fits_device", lambda device, b: True)
+    widths = [64, 1000, 4096, 16384, 16392, 32768, 65536, 65552, 131072, 262144]
+    for n in widths:
+        for m, dtype, residual, skew in [(4, torch.bfloat16, False, 0), (512, torch.float16, False, 0),
+                                         (64, torch.float32, True, 0), (16, torch.bfloat16, False, 8)]:  # fmt: skip
+            base = torch.empty((m, n + skew), dtype=dtype)
+            x = base[:, skew:]  # skew 8: rows that do not start on 16 bytes
+            y = torch.empty((m, n), dtype=dtype)
+            w = torch.empty((n,), dtype=dtype)
+            fwd = offers.forward_offers(x, y, w, residual)
+            assert offers.offered_paths(fwd) == launch.forward_paths(x, y, w, residual), (m, n)
+            dy = torch.empty((m, n), dtype=dtype)
+            dh = dy if residual else None
+            bwd = offers.backward_offers(x, dy, w, dh)
+            assert offers.offered_paths(bwd) == launch._backward_paths(x, dy, w, dh), (m, n)
+            for offer in fwd + bwd:
+                assert (offer.reason is None) == bool(offer.paths), offer
+                assert offer.reason is None or offer.reason.strip(), offer

@@ -5,8 +5,8 @@
 
     python -m impls.triton_rmsnorm.explain 2048x4096 --dtype bf16 [--residual] [--device cuda]
 
-For each direction: the paths offered for the call (the default first), the one that serves it
-and where that came from (the dispatch table's entry and the point it was measured at, an
+For each direction: the paths offered for the call (the default first) and why the others are
+not (offers.py), the one that serves it and where that came from (the dispatch table's entry and the point it was measured at, an
 override, or the heuristic and why), and its kernels' configurations. It asks what a call
 asks (dispatch.choose), so under dispatch.override it says what the override does; an opt-in
 runtime tuning would measure the offered paths first (dispatch.py).
@@ -19,23 +19,22 @@ import sys
 
 import torch
 
-from . import dispatch, launch
+from . import dispatch, launch, offers
 from .function import _rows, _x_rows
 
 
 def _lines(direction: str, dtypes: tuple, residual: bool, n: int, m: int, paths: list,
-           device: torch.device) -> list[str]:  # fmt: skip
+           device: torch.device, families: list) -> list[str]:  # fmt: skip
     choice = dispatch.choose(direction, dtypes, residual, n, m, paths, device)
     offered = ", ".join(dispatch.path_name(p) for p in paths)
-    configs = (
-        "heuristic"
-        if choice.configs is None
-        else ", ".join(
-            f"{kernel} {dict(sorted(c.items()))}" for kernel, c in sorted(choice.configs.items())
-        )
-    )
+    configs = "heuristic"
+    if choice.configs is not None:
+        configs = ", ".join(f"{kernel} {dict(sorted(c.items()))}"
+                            for kernel, c in sorted(choice.configs.items()))  # fmt: skip
+    left_out = [f"    {o.name}: {o.reason}" for o in families if o.reason is not None]
     return [f"{direction}: {dispatch.path_name(choice.path)}  ({choice.describe()})",
-            f"  offered: {offered}", f"  configs: {configs}"]  # fmt: skip
+            f"  offered: {offered}", f"  configs: {configs}",
+            *(["  not offered:", *left_out] if left_out else [])]  # fmt: skip
 
 
 def explain(
@@ -57,13 +56,15 @@ def explain(
              + (", residual" if has_residual else "")]  # fmt: skip
     with launch._on_device(x):
         paths = launch.forward_paths(x2d, y, weight, has_residual)
+        families = offers.forward_offers(x2d, y, weight, has_residual)
         lines += _lines("fwd", (x.dtype, weight.dtype, y.dtype), has_residual, n, m, paths,
-                        x.device)  # fmt: skip
+                        x.device, families)  # fmt: skip
         grad = torch.empty((m, n), dtype=y.dtype, device=x.device) if dy is None else _rows(dy)
         dh = grad if has_residual else None
         paths = launch._backward_paths(x2d, grad, weight, dh)
         dtypes = (x.dtype, weight.dtype, grad.dtype, grad.dtype)
-        lines += _lines("bwd", dtypes, has_residual, n, m, paths, x.device)
+        families = offers.backward_offers(x2d, grad, weight, dh)
+        lines += _lines("bwd", dtypes, has_residual, n, m, paths, x.device, families)
     return "\n".join(lines)
 
 
