@@ -6,7 +6,7 @@
 # $OUT/NAME.log, one line a step in $OUT/steps.log. A call returns at most 8 files from $OUT:
 # keep to a few steps a call, or tar their logs. `peers` sources the peer wheels' environment
 # (tools/peer-wheels-extra.sh) and an Apex build's, where they exist on the machine.
-export RMSNORM_BENCH_COMMIT=${COMMIT:?set COMMIT to the tree's commit (git rev-parse --short=12 HEAD)}
+export RMSNORM_BENCH_COMMIT=${COMMIT:?set COMMIT to the commit of the tree, git rev-parse --short=12 HEAD}
 step() {
   local name=$1 limit=$2; shift 2
   local left=$(( ${BUDGET:-560} - SECONDS ))
