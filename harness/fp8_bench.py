@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -183,8 +184,24 @@ def main(argv=None) -> int:
         default=None,
         help="start no new shape after this many seconds (rows say so)",
     )
-    p.add_argument("--out", type=Path, required=True, help="JSON-lines results file")
+    p.add_argument("--out", type=Path, default=None, help="JSON-lines results file")
+    p.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="continue a run cut short (a time budget, a call's limit) in its own file: the "
+        "shapes it finished are kept, the rest measured with its options (same commit and "
+        "versions required)",
+    )
     args = p.parse_args(argv)
+    kept, done = [], set()
+    if args.resume is not None:
+        if args.out is not None or argv_sets_options(argv):
+            p.error("argument --resume: the run's options come from its file; give it alone")
+        kept, done, args = _resume(p, args)
+    elif args.out is None:
+        p.error("argument --out is required (or --resume FILE)")
     started = time.perf_counter()
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     fp8_dtype = FP8[args.fp8]
@@ -193,25 +210,37 @@ def main(argv=None) -> int:
     eps = DEFAULT_EPS
     args.out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
-    with args.out.open("w") as sink:
+    from harness import provenance
+
+    info = {"case": "provenance", "status": "info", **provenance.collect(),
+            "flashinfer": provenance._version("flashinfer-python"), "config": _config(args)}  # fmt: skip
+    if args.resume is not None:
+        _check_same_run(p, kept[0], info)
+        kept[0] = {**kept[0], "resumed": [*kept[0].get("resumed", []), info["date"]]}
+    if kept:  # the kept rows first, atomically; then the rest is appended
+        staged = args.out.with_name(args.out.name + ".resuming")
+        staged.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        os.replace(staged, args.out)
+        rows.extend(kept)
+    with args.out.open("a" if kept else "w") as sink:
 
         def emit(row):
             rows.append(row)
             sink.write(json.dumps(row) + "\n")
             sink.flush()
 
-        from harness import provenance
-
-        emit({"case": "provenance", "status": "info", **provenance.collect(),
-              "flashinfer": provenance._version("flashinfer-python")})  # fmt: skip
+        if not kept:
+            emit(info)
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        for b in backends:
+        for b in backends if not kept else ():
             reason = b.skip_reason((1, 1), dtype, device)
             if reason:
                 emit({"backend": b.name, "case": "all", "status": "not-run", "reason": reason})
         runnable = [b for b in backends if b.skip_reason((1, 1), dtype, device) is None]
         built = {}
         for shape in _shapes(args.preset, args.shape):
+            if f"{shape[0]}x{shape[1]}" in done:
+                continue
             if args.budget_s is not None and time.perf_counter() - started > args.budget_s:
                 emit(
                     {
@@ -262,8 +291,53 @@ def main(argv=None) -> int:
                         emit(row)
             del sets
             torch.cuda.empty_cache() if torch.cuda.is_available() else None
+            emit({"case": "shape-done", "status": "info", "shape": f"{shape[0]}x{shape[1]}"})
     _print_table(rows)
     return 0
+
+
+#: The options a run records ("config" in its provenance) and --resume takes back.
+_OPTIONS = ("preset", "shape", "dtype", "fp8", "cases", "modes", "backends", "compile_cases",
+            "budget_s")  # fmt: skip
+#: What a resumed run must share with the run it continues.
+_IDENTITY = ("commit", "dirty", "versions", "gpu", "driver", "cuda", "flashinfer")
+
+
+def _config(args) -> dict:
+    return {name: getattr(args, name) for name in _OPTIONS}
+
+
+def argv_sets_options(argv) -> bool:
+    argv = sys.argv[1:] if argv is None else argv
+    return any(a.startswith("--") and a not in ("--resume",) for a in argv)
+
+
+def _resume(parser, args):
+    """(rows to keep, shapes done, args with the file's options): a shape is done when its
+    "shape-done" record is in; rows of shapes cut short, and "not run" budget rows, go."""
+    path = args.resume
+    try:
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, json.JSONDecodeError) as exc:
+        parser.error(f"argument --resume: {path}: not a fp8_bench results file ({exc})")
+    if not records or records[0].get("case") != "provenance" or "config" not in records[0]:
+        parser.error(f"argument --resume: {path} does not record its options (written before "
+                     "--resume existed, or not a fp8_bench file)")  # fmt: skip
+    done = {r["shape"] for r in records if r.get("case") == "shape-done"}
+    kept = [r for r in records if r.get("case") == "provenance"
+            or (r.get("case") == "all" and r.get("shape") is None)
+            or r.get("shape") in done]  # fmt: skip
+    for name, value in records[0]["config"].items():
+        setattr(args, name, value)
+    args.out = path
+    return kept, done, args
+
+
+def _check_same_run(parser, stored: dict, info: dict) -> None:
+    differ = [k for k in _IDENTITY if stored.get(k) != info.get(k)]
+    if differ:
+        what = ", ".join(f"{k} {stored.get(k)!r} there, {info.get(k)!r} here" for k in differ)
+        parser.error(f"argument --resume: not the same run ({what}); start a new one")
 
 
 def _print_table(rows):
@@ -271,7 +345,7 @@ def _print_table(rows):
     print("| case | shape | mode | backend | µs | GB/s | % copy | x plain fwd | oracle |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        if r.get("case") in ("plain", "all", "provenance"):
+        if r.get("case") in ("plain", "all", "provenance", "shape-done"):
             continue
         if r["status"] != "ok":
             print(f"| {r['case']} | {r['shape']} | {r['mode']} | {r['backend']} | "

@@ -404,3 +404,36 @@ def test_w_loaded_early_at_small_grids_gives_the_same_bits(monkeypatch, scaling)
         if late is not None:
             assert torch.equal(late.view(torch.uint8) if late.dtype == E4 else late,
                                early.view(torch.uint8) if early.dtype == E4 else early)  # fmt: skip
+
+
+def test_bench_resumes_a_run_cut_short(tmp_path):
+    """harness.fp8_bench --resume: the shapes a cut run finished are kept, the one cut mid-way
+    is measured again whole, the rest measured with the file's options; options cannot be
+    given beside it, and another commit's run is refused."""
+    import json
+
+    from harness.fp8_bench import main
+
+    out = tmp_path / "fp8.jsonl"
+    argv = ["--preset", "--shape", "16x256", "8x512", "--backends", "triton-fp8",
+            "--cases", "per_token", "block", "--modes", "fwd", "--out", str(out)]  # fmt: skip
+    main(argv)
+    full = [json.loads(line) for line in out.read_text().splitlines()]
+    cut = [r for r in full if r.get("shape") != "8x512"]  # the second shape never finished
+    cut += [r for r in full if r.get("shape") == "8x512" and r.get("case") == "per_token"]
+    out.write_text("".join(json.dumps(r) + "\n" for r in cut))
+    assert main(["--resume", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    judged = [(r["shape"], r["case"], r["mode"]) for r in rows if r.get("backend") == "triton-fp8"]
+    assert sorted(judged) == sorted(
+        (s, c, "fwd") for s in ("16x256", "8x512") for c in ("per_token", "block")
+    )  # each once: the cut shape's first case was dropped and measured again
+    assert rows[0]["case"] == "provenance" and len(rows[0]["resumed"]) == 1
+    assert {r["shape"] for r in rows if r.get("case") == "shape-done"} == {"16x256", "8x512"}
+    with pytest.raises(SystemExit):
+        main(["--resume", str(out), "--dtype", "fp16"])
+    other = tmp_path / "other.jsonl"
+    rows[0]["commit"] = "0123456789ab"
+    other.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(SystemExit):
+        main(["--resume", str(other)])
