@@ -191,9 +191,14 @@ _EMPTY = inspect.Parameter.empty
 
 
 def _ptx(kernel, pointer_types: dict, constexprs: dict, options: dict, divisible=()) -> str:
-    """The kernel's PTX for sm_90: pointers 16-byte aligned, eps and offset fp32, constexprs
-    not given at their defaults (as a launch that leaves them out), other scalars i32 (those
-    named in divisible marked divisible by 16)."""
+    """The kernel's PTX for sm_90 (compile_sm90)."""
+    return compile_sm90(kernel, pointer_types, constexprs, options, divisible).asm["ptx"]
+
+
+def compile_sm90(kernel, pointer_types: dict, constexprs: dict, options: dict, divisible=()):
+    """The kernel compiled for sm_90 (Triton's CompiledKernel): pointers 16-byte aligned, eps
+    and offset fp32, constexprs not given at their defaults (as a launch that leaves them out),
+    other scalars i32 (those named in divisible marked divisible by 16)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -219,7 +224,7 @@ def _ptx(kernel, pointer_types: dict, constexprs: dict, options: dict, divisible
     if getattr(kernel, "is_gluon", lambda: False)():
         from triton.experimental.gluon._runtime import GluonASTSource as source_type
     source = source_type(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
 
 
 def run(cases: list[dict]) -> list[dict]:

@@ -11,21 +11,17 @@ rounded divisions and global stores in the PTX, and the shared memory the kernel
 
 from __future__ import annotations
 
-import inspect
 import json
 import re
 import sys
 
-_EMPTY = inspect.Parameter.empty
-
 
 def compile_case(case: dict):
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     from impls.triton_rmsnorm import fp8_kernels
     from impls.triton_rmsnorm.fp8 import BLOCK_GROUP
+    from tests import sm90_compile
 
     kernel = fp8_kernels.rmsnorm_fp8_fwd_kernel
     x, fp8 = case["x"], case["fp8"]
@@ -41,23 +37,8 @@ def compile_case(case: dict):
                   "ROWS_CONTIGUOUS": True,
                   "RECIPROCAL": case.get("reciprocal", False),
                   "W_EARLY": case.get("w_early", False)}  # fmt: skip
-    signature, attrs = {}, {}
-    for param in kernel.params:  # a defaulted constexpr left out takes its default, as at launch
-        if param.is_constexpr and param.name not in constexprs and param.default is not _EMPTY:
-            constexprs[param.name] = param.default
-    for index, name in enumerate(kernel.arg_names):
-        if name in pointers:
-            signature[name] = "*" + pointers[name]
-            attrs[(index,)] = [["tt.divisibility", 16]]
-        elif name in constexprs:
-            signature[name] = "constexpr"
-        elif name in ("eps", "offset"):
-            signature[name] = "fp32"
-        else:
-            signature[name] = "i32"
-    source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
     options = {"num_warps": case["warps"], "num_stages": 3}
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+    return sm90_compile.compile_sm90(kernel, pointers, constexprs, options)
 
 
 def main(cases: list[dict]) -> list[dict]:
