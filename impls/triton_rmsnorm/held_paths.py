@@ -116,17 +116,23 @@ def forward_holds_row_on_chip(x: torch.Tensor, y: torch.Tensor, has_residual: bo
 
 
 def _held_forward_can_stage(x: torch.Tensor, y: torch.Tensor, has_residual: bool) -> bool:
-    """The held forwards' conditions on the tensors: 16-bit x, N a multiple of 8 (the copies
-    move 16-byte vectors), no residual, x's and y's rows on 16 bytes (_rows_on_16_bytes);
-    Gluon present, inline PTX runnable (an NVIDIA GPU, not the interpreter)."""
+    """The held forwards' conditions on the tensors (held_forward_staging)."""
+    return all(holds() for holds, _why in held_forward_staging(x, y, has_residual))
+
+
+def held_forward_staging(x: torch.Tensor, y: torch.Tensor, has_residual: bool) -> tuple:
+    """The held forwards' conditions on the tensors, in order, each (test, why it fails):
+    Gluon present, inline PTX runnable (an NVIDIA GPU, not the interpreter), no residual,
+    16-bit x, N a multiple of 8 (the copies move 16-byte vectors), x's and y's rows on 16
+    bytes (_rows_on_16_bytes). offers.py words the first that fails."""
     return (
-        gluon_kernels is not None
-        and not has_residual
-        and x.dtype in (torch.float16, torch.bfloat16)
-        and x.shape[1] % 8 == 0
-        and _rows_on_16_bytes(x, y)
-        and common._inline_ptx_runs()
-    )
+        (lambda: gluon_kernels is not None, "Gluon is not available"),
+        (common._inline_ptx_runs, "needs an NVIDIA GPU (inline PTX), not the interpreter"),
+        (lambda: not has_residual, "no residual add"),
+        (lambda: x.dtype in (torch.float16, torch.bfloat16), "16-bit x only"),
+        (lambda: x.shape[1] % 8 == 0, "N a multiple of 8 only"),
+        (lambda: _rows_on_16_bytes(x, y), "x's and y's rows must start on 16 bytes"),
+    )  # fmt: skip
 
 
 def _held_row_fits_device(device: torch.device, n: int) -> bool:

@@ -31,17 +31,6 @@ def _first_failing(checks) -> str | None:
     return None
 
 
-def _held_forward_staging(x, y, has_residual):
-    return [
-        (lambda: held_paths.gluon_kernels is not None, "Gluon is not available"),
-        (lambda: common._inline_ptx_runs(), "needs an NVIDIA GPU (inline PTX), not the interpreter"),
-        (lambda: not has_residual, "no residual add"),
-        (lambda: x.dtype in (torch.float16, torch.bfloat16), "16-bit x only"),
-        (lambda: x.shape[1] % 8 == 0, "N a multiple of 8 only"),
-        (lambda: held_paths._rows_on_16_bytes(x, y), "x's and y's rows must start on 16 bytes"),
-    ]  # fmt: skip
-
-
 def forward_offers(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor,
                    has_residual: bool) -> list[Offer]:  # fmt: skip
     """Every forward family, the offered ones in launch.forward_paths' order (the default
@@ -66,7 +55,7 @@ def forward_offers(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor,
     held_row = _first_failing([
         (lambda: forward_launch.SINGLE_TILE_MAX_N < n <= held_paths.HELD_ROW_MAX_N,
          f"N outside ({forward_launch.SINGLE_TILE_MAX_N}, {held_paths.HELD_ROW_MAX_N}]"),
-        *_held_forward_staging(x, y, has_residual),
+        *held_paths.held_forward_staging(x, y, has_residual),
         (lambda: held_paths._held_row_fits_device(x.device, n),
          "needs a Hopper-class GPU with the row's shared memory"),
     ])  # fmt: skip
@@ -75,7 +64,7 @@ def forward_offers(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor,
     groups = held_paths.held_group_forwards(x, y, weight, has_residual)
     group_why = None if groups else _first_failing([
         (lambda: n > forward_launch.SINGLE_TILE_MAX_N, f"N <= {forward_launch.SINGLE_TILE_MAX_N}"),
-        *_held_forward_staging(x, y, has_residual),
+        *held_paths.held_forward_staging(x, y, has_residual),
         (lambda: weight.dtype in (torch.float16, torch.bfloat16) and weight.data_ptr() % 16 == 0,
          "a 16-bit w on 16 bytes only"),
     ]) or "no configuration fits this GPU (a Hopper-class one, a program slot a slice)"  # fmt: skip
