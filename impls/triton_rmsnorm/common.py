@@ -59,6 +59,16 @@ def _programs_cap(device: torch.device) -> int:
     return _INTERPRETER_PROGRAMS if device.type != "cuda" else _sm_count(device.index or 0)
 
 
+def loads_w_early(programs: int, device: torch.device | None = None) -> bool:
+    """Whether a one-program-a-tile forward loads w with x (W_EARLY in kernels.py and
+    fp8_kernels.py): a grid of at most one program an SM of device (default: the current CUDA
+    device, as launches run under _on_device; the interpreter's cap without one)."""
+    if device is None:
+        cuda = not interpreting() and torch.cuda.is_available()
+        device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    return programs <= _programs_cap(device)
+
+
 def block_size(n: int) -> int:
     """The tile width of the single-tile kernels (the whole row, padded to a power of two)."""
     return next_power_of_2(n)

@@ -356,16 +356,8 @@ def _kernel_grid_and_meta(kernel_name: str, grid, meta: dict) -> tuple:
     kernel_meta = {k: v for k, v in meta.items() if k != "PROGRAMS_PER_SM"}
     if kernel_name == "rmsnorm_fwd_kernel":
         kernel_meta["PERSISTENT"] = meta["PROGRAMS_PER_SM"] > 0
-        kernel_meta["W_EARLY"] = not kernel_meta["PERSISTENT"] and grid[0] <= _current_sms()
+        kernel_meta["W_EARLY"] = not kernel_meta["PERSISTENT"] and common.loads_w_early(grid[0])
     return grid, kernel_meta
-
-
-def _current_sms() -> int:
-    """The SM count of the current CUDA device (launches run under common._on_device(x)), or
-    the interpreter's program cap."""
-    if common.interpreting() or not torch.cuda.is_available():
-        return common._programs_cap(torch.device("cpu"))
-    return common._sm_count(torch.cuda.current_device())
 
 
 #: num_stages when a launch does not choose one (Triton's default).

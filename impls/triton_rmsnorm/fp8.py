@@ -133,7 +133,7 @@ def rmsnorm_fp8_forward(
                 HAS_RESIDUAL=residual is not None, CAST_IN_KERNEL=cast_in_kernel,
                 ROWS_CONTIGUOUS=all(t.stride(0) == n for t in (x, q, r_arg, h_arg)),
                 RECIPROCAL=reciprocal,
-                W_EARLY=programs <= common._programs_cap(x.device),
+                W_EARLY=common.loads_w_early(programs, x.device),
             )  # fmt: skip
     if not cast_in_kernel:  # the interpreter's fp8 conversion is wrong: torch converts v
         q = q.to(fp8_dtype)
