@@ -327,10 +327,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-#: What a resumed run must share with the run it continues (harness.provenance's fields).
-RESUME_IDENTITY = ("commit", "dirty", "versions", "gpu", "driver", "cuda", "triton_autotune")
-
-
 def _resume_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """args's measuring options from the interrupted run's file (its provenance's "config")."""
     from harness import results
@@ -604,9 +600,10 @@ def _resumed(path: Path, info: dict, config) -> tuple:
     from harness import results
 
     provenance, ceiling, rows = results.load(path)
-    differ = [k for k in RESUME_IDENTITY if provenance.get(k) != info.get(k)]
-    if differ or provenance.get("config") != info["config"]:
-        what = ", ".join(f"{k} {provenance.get(k)!r} there, {info.get(k)!r} here" for k in differ)
+    from harness.provenance import run_differences
+
+    what = run_differences(provenance, info)
+    if what or provenance.get("config") != info["config"]:
         raise SystemExit(f"harness.compare: --resume {path}: not the same run "
                          f"({what or 'its options differ'}); start a new one")  # fmt: skip
     per_case = len(config.backends) * len(config.modes) * len(config.timings)

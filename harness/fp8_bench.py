@@ -197,7 +197,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     kept, done = [], set()
     if args.resume is not None:
-        if args.out is not None or argv_sets_options(argv):
+        if args.out is not None or _argv_sets_options(argv):
             p.error("argument --resume: the run's options come from its file; give it alone")
         kept, done, args = _resume(p, args)
     elif args.out is None:
@@ -299,17 +299,16 @@ def main(argv=None) -> int:
 #: The options a run records ("config" in its provenance) and --resume takes back.
 _OPTIONS = ("preset", "shape", "dtype", "fp8", "cases", "modes", "backends", "compile_cases",
             "budget_s")  # fmt: skip
-#: What a resumed run must share with the run it continues.
-_IDENTITY = ("commit", "dirty", "versions", "gpu", "driver", "cuda", "flashinfer")
 
 
 def _config(args) -> dict:
     return {name: getattr(args, name) for name in _OPTIONS}
 
 
-def argv_sets_options(argv) -> bool:
+def _argv_sets_options(argv) -> bool:
+    """Whether the command line gives an option beside --resume."""
     argv = sys.argv[1:] if argv is None else argv
-    return any(a.startswith("--") and a not in ("--resume",) for a in argv)
+    return any(a.startswith("--") and a != "--resume" for a in argv)
 
 
 def _resume(parser, args):
@@ -334,9 +333,10 @@ def _resume(parser, args):
 
 
 def _check_same_run(parser, stored: dict, info: dict) -> None:
-    differ = [k for k in _IDENTITY if stored.get(k) != info.get(k)]
-    if differ:
-        what = ", ".join(f"{k} {stored.get(k)!r} there, {info.get(k)!r} here" for k in differ)
+    from harness.provenance import run_differences
+
+    what = run_differences(stored, info)  # flashinfer's version is among the versions
+    if what:
         parser.error(f"argument --resume: not the same run ({what}); start a new one")
 
 

@@ -31,6 +31,17 @@ def _version(package: str) -> str | None:
         return None
 
 
+#: What a resumed run (harness.compare --resume, harness.fp8_bench --resume) must share with
+#: the run it continues: the tree, the software, the GPU and its driver.
+SAME_RUN = ("commit", "dirty", "versions", "gpu", "driver", "cuda", "triton_autotune")
+
+
+def run_differences(stored: dict, here: dict) -> str:
+    """'' when the two provenance records agree on SAME_RUN, else what differs, in words."""
+    return ", ".join(f"{k} {stored.get(k)!r} there, {here.get(k)!r} here" for k in SAME_RUN
+                     if stored.get(k) != here.get(k))  # fmt: skip
+
+
 def collect() -> dict:
     info: dict = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
