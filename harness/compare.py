@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import textwrap
@@ -616,9 +615,7 @@ def _resumed(path: Path, info: dict, config) -> tuple:
     provenance["resumed"] = [*provenance.get("resumed", []), info["date"]]
     records = [{"kind": "provenance", **provenance}, {"kind": "ceiling", **ceiling},
                *({"kind": "row", **r} for r in kept)]  # fmt: skip
-    staged = path.with_name(path.name + ".resuming")
-    staged.write_text("".join(json.dumps(r, default=str) + "\n" for r in records), "utf-8")
-    os.replace(staged, path)
+    results.rewrite(path, records)
     writer = results.ResultWriter(path, append=True)
     writer.rows = len(kept)
     return writer, provenance, ceiling, kept, done

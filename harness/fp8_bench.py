@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from harness import traffic
+from harness import results, traffic
 from harness.inputs import DEFAULT_EPS, make_inputs
 from harness.oracle_fp8 import check_fp8
 from harness.shapes import PRESETS, parse_shape
@@ -218,9 +217,7 @@ def main(argv=None) -> int:
         _check_same_run(p, kept[0], info)
         kept[0] = {**kept[0], "resumed": [*kept[0].get("resumed", []), info["date"]]}
     if kept:  # the kept rows first, atomically; then the rest is appended
-        staged = args.out.with_name(args.out.name + ".resuming")
-        staged.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        os.replace(staged, args.out)
+        results.rewrite(args.out, kept)
         rows.extend(kept)
     with args.out.open("a" if kept else "w") as sink:
 

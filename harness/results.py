@@ -69,6 +69,14 @@ def fresh_path(path: Path) -> Path:
     raise FileExistsError(f"out: no free name next to {path}")
 
 
+def rewrite(path: Path, records: list[dict]) -> None:
+    """path's content replaced by records, one JSON line each, atomically (a staged file
+    renamed over it): a resumed run's kept records, before it appends the rest."""
+    staged = path.with_name(path.name + ".resuming")
+    staged.write_text("".join(json.dumps(r, default=str) + "\n" for r in records), "utf-8")
+    os.replace(staged, path)
+
+
 class ResultWriter:
     def __init__(self, path: Path, append: bool = False) -> None:
         """A new file (never overwriting one), or with append an existing one: a resumed run
