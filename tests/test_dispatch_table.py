@@ -4,6 +4,7 @@ the public path override and the tuning session's harvest (dispatch.py), on the 
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 import torch
@@ -133,6 +134,37 @@ def test_override_forces_a_path_through_the_front_door():
         launch.rmsnorm_forward(x, w, 1e-6)  # fmt: skip
     with pytest.raises(TypeError, match="forward"), dispatch.override(forward=1):
         pass
+    assert not dispatch.overridden()
+
+
+def test_override_reaches_a_backward_run_on_another_thread():
+    """Autograd runs a CUDA backward on a thread of its own, where the thread-local override of
+    the forward's thread is not seen: the forward hands its overrides to its backward. Here the
+    backward runs on a new thread (any device); forcing a path not offered must raise there."""
+    from impls.triton_rmsnorm.function import rmsnorm
+
+    x = torch.randn(4, 256, device=DEVICE, requires_grad=True)
+    w = torch.randn(256, device=DEVICE, requires_grad=True)
+
+    def backward_on_a_thread(y) -> list:
+        errors = []
+
+        def run():
+            try:
+                y.sum().backward()
+            except Exception as error:  # noqa: BLE001 (handed to the test's thread)
+                errors.append(error)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join(120)
+        return errors
+
+    with dispatch.override(backward="wide"):
+        forced = rmsnorm(x, w)
+    (error,) = backward_on_a_thread(forced)
+    assert isinstance(error, ValueError) and "'wide' is not offered" in str(error)
+    assert backward_on_a_thread(rmsnorm(x, w)) == []  # the override ended with its block
     assert not dispatch.overridden()
 
 

@@ -194,8 +194,9 @@ def override(
 ):
     """Force the forward and/or backward path by name (dispatch.path_name: "single_tile",
     "looped", "split", "held_row", "held_row(warps=16)", "wide", "two_role", ...) for calls
-    made in this thread inside the block. A forced path that is not offered for a call raises
-    ValueError naming the offered ones. The kernels take forward_configs / backward_configs
+    made in this thread inside the block, and for the backwards of eager forwards made there
+    (autograd may run them on another thread: CUDA's). A forced path that is not offered for a
+    call raises ValueError naming the offered ones. The kernels take forward_configs / backward_configs
     (kernel name -> launch keywords, as in a table entry) when given, else the table's when the
     table picks the same path for the call, else the heuristic's; replays are bypassed."""
     for name, value in (("forward", forward), ("backward", backward)):
@@ -235,6 +236,25 @@ def _override_stack() -> list:
 def overridden() -> bool:
     """Whether a path is forced in this thread (replays are then bypassed)."""
     return bool(getattr(_ACTIVE, "overrides", None))
+
+
+def overrides_in_effect() -> tuple:
+    """The overrides forcing this thread's calls now (innermost last), for a forward to hand to
+    its backward: autograd runs a CUDA backward on a thread of its own, which sees none."""
+    return tuple(getattr(_ACTIVE, "overrides", None) or ())
+
+
+@contextlib.contextmanager
+def overrides_of_forward(layers: tuple):
+    """Inside the block this thread's calls also take `layers` (overrides_in_effect() of the
+    forward whose backward runs here), beneath the thread's own overrides."""
+    stack = _override_stack()
+    saved = list(stack)
+    stack[:0] = layers
+    try:
+        yield
+    finally:
+        stack[:] = saved
 
 
 def forced(direction: str) -> str | None:

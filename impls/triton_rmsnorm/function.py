@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from . import launch
+from . import dispatch, launch
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -150,6 +150,7 @@ class RMSNormFunction(torch.autograd.Function):
         ctx.offset = float(offset)
         ctx.has_residual = residual is not None
         ctx.shape = x.shape
+        ctx.overrides = dispatch.overrides_in_effect()  # for a backward on autograd's thread
         if h2d is None:
             return _shaped(y2d, x.shape)
         ctx.set_materialize_grads(False)  # an unused y or h sends no gradient
@@ -161,7 +162,15 @@ class RMSNormFunction(torch.autograd.Function):
         if dy is None:  # only h was used downstream: y sends nothing, so dx = dr = dh, dw = 0
             return dh, torch.zeros_like(weight), dh, None, None, None
         dh2d = None if dh is None else _rows(dh)
-        dx2d, dw = launch.rmsnorm_backward(_rows(dy), normalized2d, weight, rstd, ctx.offset, dh2d)
+        if ctx.overrides:
+            with dispatch.overrides_of_forward(ctx.overrides):
+                dx2d, dw = launch.rmsnorm_backward(
+                    _rows(dy), normalized2d, weight, rstd, ctx.offset, dh2d
+                )
+        else:
+            dx2d, dw = launch.rmsnorm_backward(
+                _rows(dy), normalized2d, weight, rstd, ctx.offset, dh2d
+            )
         dx = _shaped(dx2d, ctx.shape)
         # h = x + r: x and the residual get the same gradient (autograd copies if it must)
         grads = (dx, dw, dx if ctx.has_residual else None, None, None, None)
