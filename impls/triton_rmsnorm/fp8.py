@@ -90,16 +90,16 @@ def rmsnorm_fp8_forward(
     residual: torch.Tensor | None = None,
     scale_layout: str = "column_major",
     cast_in_kernel: bool | None = None,
-    reciprocal: bool = False,
+    reciprocal: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
     """(q, scales, rstd, h) for a 2-D x [M, N] with a contiguous last dimension; scales is None
     per tensor (the caller has it), h None without a residual. Allocates q, the scales, rstd
     (and h) only, so it can be captured in a CUDA graph once the kernel is compiled.
     cast_in_kernel: None (default) converts to fp8 in the kernel except under the interpreter;
     False stores the saturated fp32 values and converts them with torch (the GPU test compares
-    the two bitwise). reciprocal: multiply by one correctly rounded 1 / scale per scale instead
-    of dividing each element (fp8_kernels.rmsnorm_fp8_fwd_kernel's RECIPROCAL; an A/B option,
-    not yet the default: experiments/fp8_forward_ab.py measures it)."""
+    the two bitwise). reciprocal (default): multiply by one correctly rounded 1 / scale per scale
+    instead of dividing each element (fp8_kernels.rmsnorm_fp8_fwd_kernel's RECIPROCAL: faster, and
+    within the fp8 oracle; docs/perf-log.md); False divides exactly."""
     launch._check_runnable(x)
     m, n = x.shape
     if n > FP8_MAX_N:
