@@ -272,6 +272,8 @@ def main(cases: list[dict]) -> list[dict]:
             found["vector loads"] = ptx.count("ld.global.v4.b32")
             found["staged vectors"] = ptx.count("cp.async.cg.shared.global")
             found["vector stores"] = ptx.count("st.global.v4.b32")
+        if case["kernel"] in ("fwd", "fwd_shifted"):  # rstd: one fp32 a row (STORE_RSTD)
+            found["fp32 stores"] = len(re.findall(r"st\.global\.b32", ptx))
         if (
             case["kernel"] == "fwd" and "w_early" in case
         ):  # W_EARLY issues w's loads before the reduction's shuffles

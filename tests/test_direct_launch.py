@@ -131,8 +131,8 @@ def test_trailing_parameters_left_out_take_their_defaults():
     leading = kernel.arg_names.index("ROWS_BUCKET") + 1
     meta = {"BLOCK_M": 1, "BLOCK_N": 64, "HAS_RESIDUAL": False, "PERSISTENT": False,
             "LOOP_STAGES": 1}  # fmt: skip
-    # ROWS_CONTIGUOUS, HOLD_STORAGE_FORM, W_EARLY, HEADS, STRIDE_X_OUTER
-    defaults = [False, False, False, 1, 0]
+    # ROWS_CONTIGUOUS, HOLD_STORAGE_FORM, W_EARLY, HEADS, STRIDE_X_OUTER, STORE_RSTD
+    defaults = [False, False, False, 1, 0, True]
     assert direct._trailing(kernel, leading, meta) == [1, 64, False, False, 1, *defaults]
     given = direct._trailing(kernel, leading, {**meta, "ROWS_CONTIGUOUS": True})
     assert given[kernel.arg_names.index("ROWS_CONTIGUOUS") - leading] is True
@@ -288,15 +288,36 @@ def test_forward_replays_on_their_own():
     assert direct.replayed_launches - before == 2
 
 
+@pytest.mark.parametrize("shape", [(8, 512), (9, 4097)])  # plain; odd rows: shifted kernel
+def test_a_forward_no_backward_follows_writes_no_rstd(shape):
+    """Under no_grad the single tile writes no rstd (STORE_RSTD False, one allocation fewer):
+    launch.rmsnorm_forward returns None for it, y has the grad-mode call's bits, at the first
+    call and at its replays, whose key keeps the two apart."""
+    x = torch.randn(shape, device=DEVICE, dtype=torch.bfloat16)
+    w = torch.randn(shape[1], device=DEVICE, dtype=torch.bfloat16)
+    kept, rstd, _ = launch.rmsnorm_forward(x, w, 1e-6)
+    assert rstd is not None and rstd.shape == (shape[0],)
+    assert launch._forward_replay_key(x, w, None, False) != launch._forward_replay_key(x, w, None)
+    before = direct.replayed_launches
+    for _ in range(3):  # the first records, the later two replay
+        y, none, _ = launch.rmsnorm_forward(x, w, 1e-6, keep_rstd=False)
+        assert none is None and torch.equal(y, kept)
+    assert direct.replayed_launches - before == 2
+    with torch.no_grad():
+        assert torch.equal(rmsnorm(x, w, 1e-6), kept)
+    _, again, _ = launch.rmsnorm_forward(x, w, 1e-6)  # the kept-rstd replay is its own
+    assert torch.equal(again, rstd)
+
+
 @pytest.mark.skipif(not ON_GPU, reason="check mode verifies compiled kernels: GPU only")
 def test_check_mode_catches_a_replay_key_that_ignores_alignment(monkeypatch):
     """Negative control: a replay key blind to x's alignment replays an aligned binary for a
     misaligned input; the check mode must raise."""
     real = launch._forward_replay_key
 
-    def blind(x, weight, out_dtype):
-        key = real(x, weight, out_dtype)
-        return key[:6] + key[7:]  # drops x's alignment
+    def blind(x, weight, out_dtype, keep_rstd=True):
+        key = real(x, weight, out_dtype, keep_rstd)
+        return key[:7] + key[8:]  # drops x's alignment
 
     monkeypatch.setattr(launch, "_forward_replay_key", blind)
     base = torch.randn(64, 2049, device=DEVICE, dtype=torch.bfloat16)

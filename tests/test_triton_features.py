@@ -448,3 +448,17 @@ def test_w_early_issues_ws_loads_before_the_reduction_on_sm90():
     late, early = sm90_compile.run([{**case, "w_early": False}, {**case, "w_early": True}])
     assert late["loads before the reduction"] == 2, late  # x: two 16-byte vectors a thread
     assert early["loads before the reduction"] == 4, early  # x and w
+
+
+def test_store_rstd_off_writes_no_rstd_on_sm90():
+    """Compiled for sm_90 (no GPU needed), the plain and the shifted single-tile forwards store
+    one fp32 a row (rstd) by default and none with STORE_RSTD False (a forward no backward
+    follows: launch.rmsnorm_forward's keep_rstd)."""
+    from tests import sm90_compile
+
+    plain = {"kernel": "fwd", "x": "bf16", "stages": 1, "block_n": 4096, "extra": False,
+             "persistent": False, "hold": False, "warps": 8}  # fmt: skip
+    shifted = {**plain, "kernel": "fwd_shifted", "wrap": True}
+    off = {"constexprs": {"STORE_RSTD": False}}
+    found = sm90_compile.run([plain, {**plain, **off}, shifted, {**shifted, **off}])
+    assert [case["fp32 stores"] for case in found] == [1, 0, 1, 0], found

@@ -36,13 +36,17 @@ def forward_is_looped(n: int) -> bool:
 
 def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
     """x [M, N], or [outer, heads, N] read in two levels (common.two_level_switches; the plain
-    kernel only: such rows are not grouped by their 16-byte residue)."""
+    kernel only: such rows are not grouped by their 16-byte residue). rstd None: a forward that
+    no backward follows, which writes no rstd (the kernels' STORE_RSTD; y stands in for it)."""
     m, n = y.shape
-    args = _single_tile_forward_args(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset)
+    args = _single_tile_forward_args(
+        x, weight, y, y if rstd is None else rstd, r_arg, h_arg, strides, eps, offset
+    )
     switches = {
         "BLOCK_N": block_size(n),
         "HAS_RESIDUAL": has_residual,
         "HOLD_STORAGE_FORM": forward_holds_storage_form(block_size(n), x.dtype),
+        **({} if rstd is not None else {"STORE_RSTD": False}),
     }
     dtypes = (x.dtype, weight.dtype, y.dtype)
     period = 1 if x.dim() == 3 else _row_period(m, n, (x, y, r_arg, h_arg))

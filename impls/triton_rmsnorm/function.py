@@ -317,7 +317,7 @@ def rmsnorm(
         residual2d = None if residual is None else _rows(residual)
         x2d = _x_rows(x) if residual is None else _rows(x)
         y2d, _rstd, h2d = launch.rmsnorm_forward(
-            x2d, weight, float(eps), float(offset), out_dtype, residual2d
+            x2d, weight, float(eps), float(offset), out_dtype, residual2d, keep_rstd=False
         )
         y = _shaped(y2d, x.shape)
         return y if h2d is None else (y, _shaped(h2d, x.shape))

@@ -50,9 +50,10 @@ def rmsnorm_fwd_kernel(
     W_EARLY: tl.constexpr = False,  # one program per tile: load w with x (see below)
     HEADS: tl.constexpr = 1,  # > 1: x's rows in two levels (see below; no residual)
     STRIDE_X_OUTER: tl.constexpr = 0,  # HEADS > 1 only: x's stride between groups of HEADS rows
+    STORE_RSTD: tl.constexpr = True,  # False: rstd not written (no backward will read it)
 ):
     """BLOCK_M whole rows per tile: read x (and r) once, write y (and h) once, one fp32 rstd
-    per row. With BLOCK_M = 1 and one program per tile this is the seed design, one program
+    per row (STORE_RSTD; a forward no backward follows writes none, and RSTD is any pointer). With BLOCK_M = 1 and one program per tile this is the seed design, one program
     per row.
 
     One program per tile (PERSISTENT False) runs the tile straight through, with no loop, and
@@ -105,7 +106,9 @@ def rmsnorm_fwd_kernel(
                 tile, X, R, H, stride_x_row, stride_r_row, stride_h_row, M, N, eps, cols,
                 BLOCK_M, HAS_RESIDUAL, HOLD_STORAGE_FORM, HEADS, STRIDE_X_OUTER,
             )  # fmt: skip
-            _fwd_tile_store(Y, RSTD, rows, cols, x, rstd, w, stride_y_row, M, N, HOLD_STORAGE_FORM)
+            _fwd_tile_store(
+                Y, RSTD, rows, cols, x, rstd, w, stride_y_row, M, N, HOLD_STORAGE_FORM, STORE_RSTD
+            )
     else:
         tile = tl.program_id(0).to(tl.int64)  # tile * BLOCK_M passes 2**31 for M >= 2**31 rows
         if W_EARLY:
@@ -118,7 +121,9 @@ def rmsnorm_fwd_kernel(
             w = w_early.to(tl.float32) + offset
         else:
             w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
-        _fwd_tile_store(Y, RSTD, rows, cols, x, rstd, w, stride_y_row, M, N, HOLD_STORAGE_FORM)
+        _fwd_tile_store(
+            Y, RSTD, rows, cols, x, rstd, w, stride_y_row, M, N, HOLD_STORAGE_FORM, STORE_RSTD
+        )
 
 
 @triton.jit
@@ -155,16 +160,19 @@ def _fwd_tile_reduce(
 
 @triton.jit
 def _fwd_tile_store(
-    Y, RSTD, rows, cols, x, rstd, w, stride_y_row, M, N, HOLD_STORAGE_FORM: tl.constexpr
-):
-    """rmsnorm_fwd_kernel's second half for one tile: y = x * rstd * w, rounded once; rstd."""
+    Y, RSTD, rows, cols, x, rstd, w, stride_y_row, M, N, HOLD_STORAGE_FORM: tl.constexpr,
+    STORE_RSTD: tl.constexpr,
+):  # fmt: skip
+    """rmsnorm_fwd_kernel's second half for one tile: y = x * rstd * w, rounded once; rstd
+    (STORE_RSTD)."""
     row_mask = rows < M
     mask = row_mask[:, None] & (cols < N)[None, :]
     if HOLD_STORAGE_FORM:
         x = _upcast_opaque(x)
     y = x * rstd[:, None] * w[None, :]
     tl.store(Y + rows[:, None] * stride_y_row + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
-    tl.store(RSTD + rows, rstd, mask=row_mask)
+    if STORE_RSTD:
+        tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
 @triton.jit
@@ -395,6 +403,7 @@ def rmsnorm_fwd_shifted_kernel(
     MAY_WRAP: tl.constexpr,  # N + the largest shift > BLOCK_N
     LOOP_STAGES: tl.constexpr,
     HOLD_STORAGE_FORM: tl.constexpr = False,
+    STORE_RSTD: tl.constexpr = True,  # as in rmsnorm_fwd_kernel
 ):  # fmt: skip
     """rmsnorm_fwd_kernel for rows that do not start on 16 bytes (N odd, say), in
     rmsnorm_bwd_shifted_kernel's frame (see there): every load and store of x, r, h and y a
@@ -432,7 +441,8 @@ def rmsnorm_fwd_shifted_kernel(
         y = x_fp32 * rstd[:, None] * w[None, :]
         _store_shifted(Y, y.to(Y.dtype.element_ty), rows, stride_y_row, shift, lanes, row_mask,
                        in_row, whole, unwrapped, BLOCK_N, VEC, MAY_WRAP)  # fmt: skip
-        tl.store(RSTD + rows, rstd, mask=row_mask)
+        if STORE_RSTD:
+            tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
 @triton.jit(do_not_specialize=["ROWS_BUCKET"])

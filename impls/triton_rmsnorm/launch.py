@@ -189,7 +189,8 @@ def rmsnorm_forward(
     offset: float = 0.0,
     out_dtype: torch.dtype | None = None,
     residual: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    keep_rstd: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(y, rstd, h) for a 2-D x [M, N] whose last dimension is contiguous (rows may be strided),
     or a 3-D x [outer, heads > 1, N] of such rows whose M = outer * heads rows no one stride
     describes (a [tokens, heads, head_dim] view of a packed QKV projection: check_two_level),
@@ -197,32 +198,36 @@ def rmsnorm_forward(
 
     y is in out_dtype (default x's), rstd one fp32 per row; both [M, N] and [M] whatever x's
     layout. With a residual r [M, N], h = x + r (x's dtype) is written too and y normalizes h;
-    else h is None.
+    else h is None. keep_rstd False (a forward no backward follows): rstd may be None, and is
+    where the single tile serves the call (it then writes none: one allocation fewer).
     """
     eps, offset = float(eps), float(offset)  # as every launch specializes them (fp32)
     replay_key = None
     if residual is None and _REPLAYABLE and not dispatch.overridden():
-        replay_key = _forward_replay_key(x, weight, out_dtype)
+        replay_key = _forward_replay_key(x, weight, out_dtype, keep_rstd)
         replayed = replays._REPLAYS.get(replay_key)
         if replayed is not None and _is_current(replay_key[-1]):
-            return _replay_forward(replayed, x, weight, eps, offset, out_dtype)
+            return _replay_forward(replayed, x, weight, eps, offset, out_dtype, keep_rstd)
     _check_runnable(x)
     if x.dim() != 2:
         check_two_level(x, residual)
     m, n = rows_and_width(x)
     check_hidden_size(n)
     y = torch.empty((m, n), dtype=out_dtype or x.dtype, device=x.device)
-    rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
     h = None if residual is None else torch.empty((m, n), dtype=x.dtype, device=x.device)
+    has_residual = residual is not None
     if m == 0:
-        return y, rstd, h
+        return y, torch.empty((0,), dtype=torch.float32, device=x.device), h
+    with _on_device(x):
+        paths = forward_paths(x, y, weight, has_residual)
+    rstd = None
+    if keep_rstd or paths != [_forward_single_tile]:
+        rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
     r_arg, h_arg = (x, x) if residual is None else (residual, h)
     strides = (x.stride(-2), y.stride(0), r_arg.stride(-2), h_arg.stride(-2))  # x's: per head
-    has_residual = residual is not None
     dtypes = (x.dtype, weight.dtype, y.dtype)
     args = (x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual)
     with _on_device(x):
-        paths = forward_paths(x, y, weight, has_residual)
         call = ("fwd", dtypes, has_residual, n, m, paths, x.device)
         if paths == [_forward_single_tile] and replay_key is not None:
             two_level = True if x.dim() == 3 else None  # (the replay's extra)
@@ -392,7 +397,7 @@ def _backward_paths(x, dy, weight, dh_out) -> list:
     return [_backward_wide, *groups]
 
 
-def _replay_forward(replayed: tuple, x, weight, eps, offset, out_dtype):
+def _replay_forward(replayed: tuple, x, weight, eps, offset, out_dtype, keep_rstd: bool):
     (replay,), configs, two_level = replayed
     _LAUNCHED.update(configs)
     if two_level is None:
@@ -402,10 +407,12 @@ def _replay_forward(replayed: tuple, x, weight, eps, offset, out_dtype):
         outer, heads, n = x.shape
         m, stride = outer * heads, x.stride(1)
     y = x.new_empty((m, n)) if out_dtype is None else x.new_empty((m, n), dtype=out_dtype)
-    rstd = x.new_empty((m,), dtype=torch.float32)
+    rstd = x.new_empty((m,), dtype=torch.float32) if keep_rstd else None
     strides = (stride, n, stride, stride)
+    rstd_arg = y if rstd is None else rstd  # recorded without rstd: STORE_RSTD False (key)
     replay(
-        x.get_device(), *_single_tile_forward_args(x, weight, y, rstd, x, x, strides, eps, offset)
+        x.get_device(),
+        *_single_tile_forward_args(x, weight, y, rstd_arg, x, x, strides, eps, offset),
     )
     return y, rstd, None
 

@@ -77,10 +77,11 @@ def _record(key: tuple, call, args: tuple, launches: tuple, extra=None) -> None:
     _REPLAYS[key] = (replays, configs, extra)
 
 
-def _forward_replay_key(x, weight, out_dtype) -> tuple:
-    """x's every stride: a [outer, heads, N] x's head stride decides its launch too."""
+def _forward_replay_key(x, weight, out_dtype, keep_rstd: bool = True) -> tuple:
+    """x's every stride: a [outer, heads, N] x's head stride decides its launch too; keep_rstd
+    (False: the launch writes no rstd, STORE_RSTD)."""
     return (
-        "fwd", x.shape, x.stride(), x.dtype, weight.dtype, out_dtype,
+        "fwd", x.shape, x.stride(), x.dtype, weight.dtype, out_dtype, keep_rstd,
         x.data_ptr() & 15, weight.data_ptr() & 15, x.is_cuda, x.get_device(),
     )  # fmt: skip
 
