@@ -51,10 +51,11 @@ def verdict(mode: str, ratio: float | None) -> bool | None:
     return ratio <= (NOGRAD_BAR if mode == "nograd" else FWD_BWD_BAR)
 
 
-def measure(ns, ms, dtypes, host_us=None, device: str = "cuda") -> list[dict]:
+def measure(ns, ms, dtypes, host_us=None, device: str = "cuda", on_case=None) -> list[dict]:
     """One row per (dtype, N, M, mode): each backend's host µs, ours / torch and the verdict.
     A backend that fails at a case leaves its figure None with the error (the run goes on).
-    host_us(call) -> µs (default costs.host_us_busy's median); tests pass a fake and the CPU."""
+    host_us(call) -> µs (default costs.host_us_busy's median); tests pass a fake and the CPU.
+    on_case(rows): called after each case with the rows so far (main saves them)."""
     from harness.calls import error_text
     from harness.costs import host_us_busy
     from impls import get_backend
@@ -86,6 +87,8 @@ def measure(ns, ms, dtypes, host_us=None, device: str = "cuda") -> list[dict]:
                                  "errors": {b: f["error"] for b, f in figures.items()
                                             if "error" in f}})  # fmt: skip
                 print(_line(rows[-2]), _line(rows[-1]), sep="\n", flush=True)
+                if on_case is not None:
+                    on_case(rows)
     return rows
 
 
@@ -137,12 +140,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from harness import provenance
 
-    rows = measure(args.n, args.m, args.dtypes)
-    table = summary(rows)
-    print(table)
-    record = {"provenance": provenance.collect(), "bars": {"nograd": NOGRAD_BAR,
-              "fwd_bwd": FWD_BWD_BAR}, "rows": rows, "summary": table}  # fmt: skip
-    args.out.write_text(json.dumps(record, indent=1))
+    info = provenance.collect()
+
+    def save(rows):  # after every case: a run cut short keeps what it measured
+        record = {"provenance": info, "bars": {"nograd": NOGRAD_BAR, "fwd_bwd": FWD_BWD_BAR},
+                  "rows": rows, "summary": summary(rows)}  # fmt: skip
+        args.out.write_text(json.dumps(record, indent=1))
+
+    rows = measure(args.n, args.m, args.dtypes, on_case=save)
+    print(summary(rows))
     return 0
 
 
