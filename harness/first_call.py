@@ -72,7 +72,7 @@ def child(m: int, n: int, dtype_name: str, backend: str) -> dict:
     else:
 
         def norm(x, w):
-            return torch.nn.functional.rms_norm(x, (n,), w, 1e-6)
+            return torch.nn.functional.rms_norm(x, x.shape[-1:], w, 1e-6)
 
     torch.cuda.init()
     g = torch.Generator(device="cuda").manual_seed(0)
