@@ -175,6 +175,31 @@ def versus_line(rows: list[dict], mode: str, timing: str, op: str) -> str:
             f"{worst['dtype']} ({worst['peer']})")  # fmt: skip
 
 
+def json_tables(path: Path) -> list[str] | None:
+    """The tables of a JSON the index names: a harness.host_cost grid (it has "bars") or a
+    harness.overhead record (rows per backend); None for any other JSON (listed only)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if "bars" in data:
+        return [host_cost_table(data)]
+    rows = data.get("rows") if isinstance(data, dict) else None
+    if rows and all("backend" in r for r in rows):
+        return [overhead_table(path)]
+    return None
+
+
+def host_cost_table(data: dict) -> str:
+    """A harness.host_cost JSON: its summary against the bars, then every case."""
+    body = [[r["dtype"], f"{r['m']}x{r['n']}", r["mode"], _fmt(r.get("ours_us"), ".1f"),
+             _fmt(r.get("torch_us"), ".1f"), _fmt(r.get("ratio"), ".2f"),
+             {True: "yes", False: "no"}.get(r.get("met"), "-")] for r in data["rows"]]  # fmt: skip
+    head = ("Host µs a call, ours against torch.nn.functional.rms_norm, the GPU kept busy "
+            "(`python -m harness.host_cost`; nograd: the forward under torch.no_grad, fwd_bwd: "
+            "forward and torch.autograd.grad):\n\n")  # fmt: skip
+    return (head + data.get("summary", "") + "\n\n"
+            + _table(["dtype", "shape", "call", "ours µs", "torch µs", "ours / torch", "met"],
+                     body))  # fmt: skip
+
+
 def overhead_table(path: Path) -> str:
     """A harness.overhead JSON as a table: host and device microseconds a call per backend."""
     data = json.loads(path.read_text(encoding="utf-8"))
@@ -260,8 +285,11 @@ def build_pages(index: Path, out: Path, make_plots: bool = True) -> dict[Path, s
         link = f"[all tables]({rel(page_path)})"
         head = [f'<a id="run-{i}"></a>', "", f"## Run {i}: {e['run']}", ""]
         if path.suffix == ".json":
+            tables = json_tables(path)
+            if tables is None:  # a probe's JSON: listed in the runs table only
+                continue
             lines += [*head, f"`{rel(path)}`: {e['what']}. {link}.", ""]
-            pages[page_path] = _run_page(e, i, [overhead_table(path)], page_path, out, command)
+            pages[page_path] = _run_page(e, i, tables, page_path, out, command)
             continue
         provenance, ceiling, rows = results.load(path)
         line = _provenance_line(provenance, ceiling, software)

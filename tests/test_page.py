@@ -78,3 +78,22 @@ def test_costs_table_shows_what_was_measured_and_drops_the_rest():
     assert not any("vllm" in line for line in lines)  # nothing measured: no line
     assert "first s" not in text  # no first-call columns were measured
     assert page.costs_table([_cost_row("torch", "fwd")], "rmsnorm") == ""
+
+
+def test_json_tables_tell_a_host_cost_grid_an_overhead_record_and_a_probe_apart(tmp_path):
+    import json
+
+    grid = tmp_path / "host-cost.json"
+    row = {"dtype": "bf16", "m": 64, "n": 4096, "mode": "nograd", "ours_us": 30.0,
+           "torch_us": 20.0, "ratio": 1.5, "met": False}  # fmt: skip
+    grid.write_text(json.dumps({"bars": {"nograd": 1.0}, "rows": [row], "summary": "| s |"}))
+    (table,) = page.json_tables(grid)
+    assert "| s |" in table and "| bf16 | 64x4096 | nograd | 30.0 | 20.0 | 1.50 | no |" in table
+    overhead = tmp_path / "overhead.json"
+    overhead.write_text(json.dumps({"shape": [512, 2048], "dtype": "bf16",
+                                    "rows": [{"backend": "triton", "mode": "fwd"}]}))  # fmt: skip
+    (table,) = page.json_tables(overhead)
+    assert "Host overhead at 512x2048 bf16" in table and "| triton | fwd |" in table
+    probe = tmp_path / "probe.json"
+    probe.write_text(json.dumps({"gpu": "x", "rows": [{"shape": [1, 2]}]}))
+    assert page.json_tables(probe) is None
