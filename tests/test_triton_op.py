@@ -208,6 +208,43 @@ def test_forward_mode_ad_says_it_is_unsupported_instead_of_dropping_the_tangent(
         rmsnorm(dual, inputs.weight, inputs.eps)
 
 
+@pytest.mark.parametrize("with_residual", [False, True], ids=["plain", "residual"])
+def test_the_direct_apply_gives_the_functions_outputs_node_and_gradients(
+    monkeypatch, with_residual
+):
+    """rmsnorm calls autograd.Function.apply's C core directly (function._apply_rmsnorm): the
+    same outputs, graph node and gradients as RMSNormFunction.apply, which serves when the core
+    is not exposed (the fallback, forced here)."""
+    from impls.triton_rmsnorm import function
+
+    inputs = make_inputs((6, 256), torch.bfloat16, DEVICE, with_residual=with_residual)
+
+    def call():
+        x = inputs.x.detach().requires_grad_(True)
+        w = inputs.weight.detach().requires_grad_(True)
+        r = inputs.residual.detach().requires_grad_(True) if with_residual else None
+        out = rmsnorm(x, w, inputs.eps, residual=r)
+        y = out[0] if with_residual else out
+        leaves = (x, w) if r is None else (x, w, r)
+        return y, type(y.grad_fn).__name__, torch.autograd.grad(y, leaves, inputs.dy)
+
+    assert function._RMSNORM_C_APPLY is not None  # this torch exposes it
+    direct = call()
+    monkeypatch.setattr(function, "_RMSNORM_C_APPLY", None)
+    classmethod_ = call()
+    assert direct[1] == classmethod_[1] == "RMSNormFunctionBackward"
+    assert torch.equal(direct[0], classmethod_[0])
+    assert all(torch.equal(a, b) for a, b in zip(direct[2], classmethod_[2], strict=True))
+
+
+def test_functorch_transforms_take_the_classmethod_and_its_error():
+    """Under torch.func.grad the Function's classmethod runs (not the direct C call), and says
+    that this Function does not support functorch transforms, as it always did."""
+    inputs = make_inputs((4, 256), torch.float32, DEVICE)
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.grad(lambda x: rmsnorm(x, inputs.weight, inputs.eps).sum())(inputs.x)
+
+
 @pytest.mark.parametrize("shape", [(4, 256), (2, 3, 256)], ids=["2d", "3d"])
 def test_double_backward_raises_instead_of_dropping_the_term(shape):
     """create_graph=True: the first-order gradients come back right, and a second backward

@@ -180,6 +180,35 @@ class RMSNormFunction(torch.autograd.Function):
         return grads
 
 
+def _c_apply(function: type):
+    """torch.autograd.Function.apply's C core bound to `function`, or None where this torch
+    does not expose it (then the Python classmethod serves every call)."""
+    try:
+        return torch._C._FunctionBase.__dict__["apply"].__get__(None, function)
+    except (AttributeError, KeyError, TypeError):
+        return None
+
+
+_RMSNORM_C_APPLY = _c_apply(RMSNormFunction)
+_unwrap_if_dead = getattr(getattr(torch._C, "_functorch", None), "unwrap_if_dead", None)
+
+
+def _apply_rmsnorm(x, weight, residual, eps, offset, out_dtype):
+    """RMSNormFunction.apply(...), with the C core called directly outside functorch transforms:
+    there the Python classmethod only unwraps dead functorch wrappers (done here too) and binds
+    default arguments for a Function with setup_context (this one has none), and it cost
+    several µs a call on the H200's host (docs/perf-log.md). Under a transform (torch.func.*)
+    the classmethod runs, and raises as before: this Function defines no setup_context."""
+    if (_RMSNORM_C_APPLY is None or _unwrap_if_dead is None
+            or torch._C._are_functorch_transforms_active()):  # fmt: skip
+        return RMSNormFunction.apply(x, weight, residual, eps, offset, out_dtype)
+    if residual is not None:
+        residual = _unwrap_if_dead(residual)
+    return _RMSNORM_C_APPLY(
+        _unwrap_if_dead(x), _unwrap_if_dead(weight), residual, eps, offset, out_dtype
+    )
+
+
 DOUBLE_BACKWARD_ERROR = (
     "rmsnorm: double backward is not supported: the kernels' gradients cannot be differentiated "
     "again (torch.nn.functional.rms_norm's can)"
@@ -321,7 +350,7 @@ def rmsnorm(
         )
         y = _shaped(y2d, x.shape)
         return y if h2d is None else (y, _shaped(h2d, x.shape))
-    return RMSNormFunction.apply(x, weight, residual, eps, offset, out_dtype)
+    return _apply_rmsnorm(x, weight, residual, eps, offset, out_dtype)
 
 
 def _needs_grad(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None) -> bool:
