@@ -20,7 +20,8 @@ width, num_warps, LOOP_STAGES and, for the forward, whether programs walk the ti
 one JSON list: per case, whether the PTX holds the bf16 and the fp16 inline upcasts of
 kernels._upcast_opaque or the Gluon kernels' _upcast_opaque and _upcast_pairs (markers only their
 asm produces), for held_row its cp.async copies, and
-for the shifted kernels how many 16-byte global loads, cp.async copies and stores they have.
+for the shifted kernels how many 16-byte global loads, cp.async copies and stores they have;
+with "count_fp32_stores" in a case, its scalar fp32 stores (the forwards' rstd).
 """
 
 from __future__ import annotations
@@ -272,7 +273,7 @@ def main(cases: list[dict]) -> list[dict]:
             found["vector loads"] = ptx.count("ld.global.v4.b32")
             found["staged vectors"] = ptx.count("cp.async.cg.shared.global")
             found["vector stores"] = ptx.count("st.global.v4.b32")
-        if case["kernel"] in ("fwd", "fwd_shifted"):  # rstd: one fp32 a row (STORE_RSTD)
+        if case.get("count_fp32_stores"):  # the forwards' rstd: one fp32 a row (STORE_RSTD)
             found["fp32 stores"] = len(re.findall(r"st\.global\.b32", ptx))
         if (
             case["kernel"] == "fwd" and "w_early" in case

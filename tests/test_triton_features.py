@@ -457,7 +457,7 @@ def test_store_rstd_off_writes_no_rstd_on_sm90():
     from tests import sm90_compile
 
     plain = {"kernel": "fwd", "x": "bf16", "stages": 1, "block_n": 4096, "extra": False,
-             "persistent": False, "hold": False, "warps": 8}  # fmt: skip
+             "persistent": False, "hold": False, "warps": 8, "count_fp32_stores": True}  # fmt: skip
     shifted = {**plain, "kernel": "fwd_shifted", "wrap": True}
     off = {"constexprs": {"STORE_RSTD": False}}
     found = sm90_compile.run([plain, {**plain, **off}, shifted, {**shifted, **off}])
