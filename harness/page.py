@@ -247,9 +247,13 @@ def build_pages(index: Path, out: Path, make_plots: bool = True) -> dict[Path, s
     extra = (
         [c for c in entries[0] if c not in (*INDEX_COLUMNS, "path", "plot_path")] if entries else []
     )
+    # a JSON's tables (None: a probe's JSON, listed in the runs table only, with no section)
+    json_of = {e["run"]: json_tables(e["path"]) for e in entries if e["path"].suffix == ".json"}
+    has_section = {e["run"]: e["path"].suffix == ".jsonl" or json_of.get(e["run"]) is not None
+                   for e in entries}  # fmt: skip
     runs_table = _table(
         ["#", "run", "file", *extra, "what"],
-        [[f"[{i}](#run-{i})" if e["path"].suffix in (".jsonl", ".json") else i, e["run"],
+        [[f"[{i}](#run-{i})" if has_section[e["run"]] else i, e["run"],
           f"[{e['file']}]({rel(e['path'])})", *(e[c] for c in extra), e["what"]]
          for i, e in enumerate(entries, 1)],
     )  # fmt: skip
@@ -285,7 +289,7 @@ def build_pages(index: Path, out: Path, make_plots: bool = True) -> dict[Path, s
         link = f"[all tables]({rel(page_path)})"
         head = [f'<a id="run-{i}"></a>', "", f"## Run {i}: {e['run']}", ""]
         if path.suffix == ".json":
-            tables = json_tables(path)
+            tables = json_of[e["run"]]
             if tables is None:  # a probe's JSON: listed in the runs table only
                 continue
             lines += [*head, f"`{rel(path)}`: {e['what']}. {link}.", ""]

@@ -9,7 +9,7 @@ import threading
 import pytest
 import torch
 
-from impls.triton_rmsnorm import dispatch, dispatch_table, launch, replays
+from impls.triton_rmsnorm import direct, dispatch, dispatch_table, launch, replays
 from impls.triton_rmsnorm.dispatch_table import Entry, Key, Table
 from tests.conftest import DEVICE
 
@@ -166,6 +166,22 @@ def test_override_reaches_a_backward_run_on_another_thread():
     assert isinstance(error, ValueError) and "'wide' is not offered" in str(error)
     assert backward_on_a_thread(rmsnorm(x, w)) == []  # the override ended with its block
     assert not dispatch.overridden()
+    # the forward's choice wins over an override around the backward on the calling thread (as
+    # on CUDA, where that thread's overrides are not seen), and the stack is restored after
+    with dispatch.override(forward="single_tile"):
+        both = rmsnorm(x, w) * 1
+    with dispatch.override(backward="wide"):
+        forced_again = rmsnorm(x, w)
+    with dispatch.override(backward="single_tile"):
+        with pytest.raises(ValueError, match="'wide' is not offered"):
+            forced_again.sum().backward()
+        assert dispatch.forced("bwd") == "single_tile"
+    assert not dispatch.overridden()
+    # a forward-only override is not handed on: the backward still replays its launches
+    rmsnorm(x, w).sum().backward()  # (records this signature's backward replay)
+    before = direct.replayed_launches
+    assert backward_on_a_thread(both) == []
+    assert direct.replayed_launches > before
 
 
 def test_override_bypasses_replays():

@@ -195,10 +195,13 @@ def override(
     """Force the forward and/or backward path by name (dispatch.path_name: "single_tile",
     "looped", "split", "held_row", "held_row(warps=16)", "wide", "two_role", ...) for calls
     made in this thread inside the block, and for the backwards of eager forwards made there
-    (autograd may run them on another thread: CUDA's). A forced path that is not offered for a
-    call raises ValueError naming the offered ones. The kernels take forward_configs / backward_configs
-    (kernel name -> launch keywords, as in a table entry) when given, else the table's when the
-    table picks the same path for the call, else the heuristic's; replays are bypassed."""
+    (autograd may run them on another thread: CUDA's). A block around .backward() alone forces
+    nothing on CUDA (the backward runs on autograd's thread): put the forward inside it (a
+    forward that reentrant checkpointing recomputes there is not forced either). A forced
+    path that is not offered for a call raises ValueError naming the offered ones. The kernels
+    take forward_configs / backward_configs (kernel name -> launch keywords, as in a table
+    entry) when given, else the table's when the table picks the same path for the call, else
+    the heuristic's; replays are bypassed."""
     for name, value in (("forward", forward), ("backward", backward)):
         if value is not None and not isinstance(value, str):
             raise TypeError(
@@ -238,23 +241,27 @@ def overridden() -> bool:
     return bool(getattr(_ACTIVE, "overrides", None))
 
 
-def overrides_in_effect() -> tuple:
-    """The overrides forcing this thread's calls now (innermost last), for a forward to hand to
-    its backward: autograd runs a CUDA backward on a thread of its own, which sees none."""
-    return tuple(getattr(_ACTIVE, "overrides", None) or ())
+def backward_overrides_in_effect() -> tuple:
+    """The overrides forcing this thread's backward path now (innermost last), for a forward to
+    hand to its backward: autograd runs a CUDA backward on a thread of its own, which sees none.
+    Forward-only layers are left out (they would only turn the backward's replays off)."""
+    return tuple(layer for layer in getattr(_ACTIVE, "overrides", None) or ()
+                 if layer["bwd"] is not None)  # fmt: skip
 
 
 @contextlib.contextmanager
 def overrides_of_forward(layers: tuple):
-    """Inside the block this thread's calls also take `layers` (overrides_in_effect() of the
-    forward whose backward runs here), beneath the thread's own overrides."""
+    """Inside the block this thread's calls take `layers` (backward_overrides_in_effect() of the
+    forward whose backward runs here) on top of the thread's own overrides, so that the
+    forward's choice wins on every device (on the CPU autograd runs the backward on the calling
+    thread, which may have overrides of its own; on CUDA on a thread that has none)."""
     stack = _override_stack()
-    saved = list(stack)
-    stack[:0] = layers
+    depth = len(stack)
+    stack.extend(layers)
     try:
         yield
     finally:
-        stack[:] = saved
+        del stack[depth:]
 
 
 def forced(direction: str) -> str | None:

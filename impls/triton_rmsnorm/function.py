@@ -150,7 +150,7 @@ class RMSNormFunction(torch.autograd.Function):
         ctx.offset = float(offset)
         ctx.has_residual = residual is not None
         ctx.shape = x.shape
-        ctx.overrides = dispatch.overrides_in_effect()  # for a backward on autograd's thread
+        ctx.overrides = dispatch.backward_overrides_in_effect()  # for autograd's thread
         if h2d is None:
             return _shaped(y2d, x.shape)
         ctx.set_materialize_grads(False)  # an unused y or h sends no gradient
