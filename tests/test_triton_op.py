@@ -237,6 +237,27 @@ def test_the_direct_apply_gives_the_functions_outputs_node_and_gradients(
     assert all(torch.equal(a, b) for a, b in zip(direct[2], classmethod_[2], strict=True))
 
 
+def test_a_dead_functorch_wrapper_is_unwrapped_as_the_classmethod_does():
+    """A tensor leaked out of a finished torch.func transform (a dead wrapper) is unwrapped
+    before the direct apply, as Function.apply's classmethod unwraps it: a plain result."""
+    leaked = []
+
+    def keep(x):
+        leaked.append(x)
+        return x.sum()
+
+    inputs = make_inputs((4, 256), torch.float32, DEVICE)
+    torch.func.grad(keep)(inputs.x)
+    (dead,) = leaked
+    assert torch._C._functorch.is_functorch_wrapped_tensor(dead)
+    w = inputs.weight.detach().requires_grad_(True)
+    y = rmsnorm(dead, w, inputs.eps)
+    assert not torch._C._functorch.is_functorch_wrapped_tensor(y)
+    assert torch.equal(y, rmsnorm(inputs.x, w, inputs.eps))
+    (dw,) = torch.autograd.grad(y, (w,), inputs.dy)
+    assert dw.shape == w.shape
+
+
 def test_functorch_transforms_take_the_classmethod_and_its_error():
     """Under torch.func.grad the Function's classmethod runs (not the direct C call), and says
     that this Function does not support functorch transforms, as it always did."""
