@@ -184,6 +184,45 @@ def test_override_reaches_a_backward_run_on_another_thread():
     assert direct.replayed_launches > before
 
 
+def test_a_kernel_tests_override_serves_a_path_not_offered_with_replays_of_its_own():
+    """override(offered_only=False): the named path serves calls it is not offered for (the
+    two-role backward at 100 columns), replays its own launches, and leaves the calls after the
+    block to the launcher's own path and replays; two-level rows still take the single tile."""
+    from impls.triton_rmsnorm.function import rmsnorm
+
+    x = torch.randn(6, 100, device=DEVICE, requires_grad=True)
+    w = torch.randn(100, device=DEVICE, requires_grad=True)
+    dy = torch.randn(6, 100, device=DEVICE)
+    assert [dispatch.path_name(p) for p in launch._backward_paths(x, x, w, None)] == ["single_tile"]
+    launch.take_launch_configs()
+    with dispatch.override(backward="two_role", offered_only=False):
+        before = direct.replayed_launches
+        grads = [torch.autograd.grad(rmsnorm(x, w), (x, w), dy) for _ in range(3)]
+        assert direct.replayed_launches - before == 2 * 2  # calls 2, 3: forward and backward
+        assert "rmsnorm_bwd_two_role_kernel" in launch.take_launch_configs()
+        assert launch._replays_as_single_tile()
+    torch.autograd.grad(rmsnorm(x, w), (x, w), dy)
+    assert set(launch.take_launch_configs()) >= {"rmsnorm_bwd_kernel"}  # the single tile again
+    assert "rmsnorm_bwd_two_role_kernel" not in launch.take_launch_configs()
+    for later in grads[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(grads[0], later, strict=True))
+    with dispatch.override(backward="held_row", offered_only=False):
+        assert not launch._replays_as_single_tile()  # its launches take other arguments
+    with (
+        dispatch.override(backward="nothing", offered_only=False),
+        pytest.raises(ValueError, match="no backward path is named 'nothing'"),
+    ):
+        torch.autograd.grad(rmsnorm(x, w), (x, w), dy)
+    heads = torch.randn(4, 6, 64, device=DEVICE)[:, :4]  # two levels: [outer, heads, N]
+    with dispatch.override(forward="looped", offered_only=False):
+        assert launch.forward_paths(heads, heads, torch.ones(64), False) == [
+            launch._forward_single_tile
+        ]
+    with pytest.raises(TypeError, match="offered_only"), dispatch.override(offered_only=1):
+        pass
+    assert not dispatch.overridden()
+
+
 def test_override_bypasses_replays():
     x, w = _forward(256)
     launch.rmsnorm_forward(x, w, 1e-6)

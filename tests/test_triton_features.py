@@ -3,6 +3,8 @@ strided rows without a copy, torch.compile without graph breaks, a deterministic
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -106,18 +108,6 @@ def test_strided_weight():
     _assert_matches_oracle(inputs.x, w, inputs.dy)
 
 
-def _forced_backward(name):
-    """The backward paths a test forces, by name (launch builds the held ones at import)."""
-    from impls.triton_rmsnorm import launch
-
-    paths = {
-        "held-row": launch._HELD_ROW_BACKWARDS[0],
-        "held-group": launch._held_group_backward_path(launch.HELD_GROUP_BACKWARDS[0]),
-        "two-role": launch._backward_two_role,
-    }
-    return paths[name]
-
-
 @pytest.mark.skipif(DEVICE != "cuda", reason="measures the CUDA caching allocator's peak")
 @pytest.mark.parametrize(
     "shape, forced",
@@ -125,12 +115,13 @@ def _forced_backward(name):
      ((2048, 32768), "held-row"), ((512, 131072), "held-group"), ((512, 2048), "two-role")],
     ids=["single-tile", "wide-split", "wide-columns", "held-row", "held-group", "two-role"],
 )  # fmt: skip
-def test_backward_allocates_only_dx_and_the_dw_partials(monkeypatch, shape, forced):
+def test_backward_allocates_only_dx_and_the_dw_partials(shape, forced):
     """Issue target: the backward allocates dx, <= SMs x N fp32 partials, O(N + M) besides (the
     held and two-role paths forced where this GPU runs them: the tests run with autotuning off,
     which keeps the default path). The two-role path allocates no partials at all."""
     from impls.triton_rmsnorm import launch
 
+    force = contextlib.ExitStack()
     if forced is not None:
         x = torch.empty(shape, dtype=torch.bfloat16, device=DEVICE)
         offered = {"held-row": launch.backward_holds_row_on_chip,
@@ -139,8 +130,13 @@ def test_backward_allocates_only_dx_and_the_dw_partials(monkeypatch, shape, forc
                    }[forced]  # fmt: skip
         if not offered(x, x, x[0], None):
             pytest.skip(f"the {forced} backward does not run on this device")
-        path = _forced_backward(forced)
-        monkeypatch.setattr(launch, "_backward_paths", lambda *args: [path])
+        name = forced.replace("-", "_")  # the family's first configuration
+        force.enter_context(dispatch.override(backward=name, offered_only=False))
+    with force:
+        _check_backward_allocations(shape, forced, launch)
+
+
+def _check_backward_allocations(shape, forced, launch) -> None:
     m, n = shape
     inputs = make_inputs(shape, torch.bfloat16, DEVICE)
     x = inputs.x.detach().requires_grad_(True)

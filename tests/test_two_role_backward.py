@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from harness.inputs import make_inputs
-from impls.triton_rmsnorm import backward_launch, direct, launch, rmsnorm
+from impls.triton_rmsnorm import backward_launch, direct, dispatch, launch, rmsnorm
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
 from tests.helpers import assert_matches_oracle as _assert_matches_oracle
@@ -72,11 +72,12 @@ def test_backward_offers_it_beside_the_single_tile(monkeypatch):
 
 
 @pytest.fixture
-def two_roles(monkeypatch):
-    """The two-role backward as the only backward path of the test."""
-    monkeypatch.setattr(launch, "_backward_paths", lambda *args: [launch._backward_two_role])
+def two_roles():
+    """The two-role backward as the only backward path of the test, offered or not (the public
+    kernel-test override)."""
     launch.take_launch_configs()
-    yield
+    with dispatch.override(backward="two_role", offered_only=False):
+        yield
     assert KERNEL in launch.take_launch_configs()
 
 

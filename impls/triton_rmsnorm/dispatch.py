@@ -46,6 +46,22 @@ import torch
 from . import dispatch_table
 from .dispatch_table import Entry, Key, Table
 
+# dispatch.override and the path names live in overrides.py; re-exported here, where callers
+# and tests have always found them.
+from .overrides import (  # noqa: F401
+    _named_path,
+    backward_overrides_in_effect,
+    forced,
+    forced_beyond_offers,
+    forced_configs,
+    overridden,
+    override,
+    overrides_of_forward,
+    path_name,
+    path_named,
+    replay_tag,
+)
+
 _INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") == "1"  # as common.py reads it
 _HEURISTIC_ONLY = os.environ.get("RMSNORM_TRITON_AUTOTUNE", "1") == "0"
 _TUNE_ENV = os.environ.get("RMSNORM_TRITON_TUNE", "0") == "1"
@@ -53,8 +69,7 @@ _TUNE_GROUP_ENV = os.environ.get("RMSNORM_TRITON_TUNE_GROUP", "0") == "1"
 
 #: Per thread: the running path's table configurations (kernel name -> launch keywords) that
 #: kernel_launch._launch reads; `measuring` while a tuning measures; `launched`, a dict that
-#: _launch fills with each tuned kernel's configuration while a tuning's choice is harvested; the
-#: override stack.
+#: _launch fills with each tuned kernel's configuration while a tuning's choice is harvested.
 _ACTIVE = threading.local()
 #: One tuning at a time in the process (each times on the GPU; two at once would time each
 #: other's kernels).
@@ -180,95 +195,6 @@ def lookup(direction: str, dtypes: tuple, residual: bool, n: int, m: int, device
         entry = table(device_index).lookup(entry_key(direction, dtypes, residual), n, m)
     _LOOKUPS[key] = entry
     return entry
-
-
-# ---- override -----------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def override(
-    forward: str | None = None,
-    backward: str | None = None,
-    forward_configs: dict | None = None,
-    backward_configs: dict | None = None,
-):
-    """Force the forward and/or backward path by name (dispatch.path_name: "single_tile",
-    "looped", "split", "held_row", "held_row(warps=16)", "wide", "two_role", ...) for calls
-    made in this thread inside the block, and for the backwards of eager forwards made there
-    (autograd may run them on another thread: CUDA's). A block around .backward() alone forces
-    nothing on CUDA (the backward runs on autograd's thread): put the forward inside it (a
-    forward that reentrant checkpointing recomputes there is not forced either). A forced
-    path that is not offered for a call raises ValueError naming the offered ones. The kernels
-    take forward_configs / backward_configs (kernel name -> launch keywords, as in a table
-    entry) when given, else the table's when the table picks the same path for the call, else
-    the heuristic's; replays are bypassed."""
-    for name, value in (("forward", forward), ("backward", backward)):
-        if value is not None and not isinstance(value, str):
-            raise TypeError(
-                f"{name}: expected a path name (str) or None, got {type(value).__name__}"
-            )
-    for name, value, path in (("forward_configs", forward_configs, forward),
-                              ("backward_configs", backward_configs, backward)):  # fmt: skip
-        if value is not None and (not isinstance(value, dict) or path is None):
-            raise TypeError(
-                f"{name}: expected a dict of kernel name -> launch keywords, with its path named"
-            )
-    stack = _override_stack()
-    stack.append({"fwd": forward, "bwd": backward,
-                  "fwd_configs": forward_configs, "bwd_configs": backward_configs})  # fmt: skip
-    try:
-        yield
-    finally:
-        stack.pop()
-
-
-def forced_configs(direction: str) -> dict | None:
-    for layer in reversed(getattr(_ACTIVE, "overrides", None) or ()):
-        if layer[direction] is not None:
-            return layer[direction + "_configs"]
-    return None
-
-
-def _override_stack() -> list:
-    stack = getattr(_ACTIVE, "overrides", None)
-    if stack is None:
-        stack = _ACTIVE.overrides = []
-    return stack
-
-
-def overridden() -> bool:
-    """Whether a path is forced in this thread (replays are then bypassed)."""
-    return bool(getattr(_ACTIVE, "overrides", None))
-
-
-def backward_overrides_in_effect() -> tuple:
-    """The overrides forcing this thread's backward path now (innermost last), for a forward to
-    hand to its backward: autograd runs a CUDA backward on a thread of its own, which sees none.
-    Forward-only layers are left out (they would only turn the backward's replays off)."""
-    return tuple(layer for layer in getattr(_ACTIVE, "overrides", None) or ()
-                 if layer["bwd"] is not None)  # fmt: skip
-
-
-@contextlib.contextmanager
-def overrides_of_forward(layers: tuple):
-    """Inside the block this thread's calls take `layers` (backward_overrides_in_effect() of the
-    forward whose backward runs here) on top of the thread's own overrides, so that the
-    forward's choice wins on every device (on the CPU autograd runs the backward on the calling
-    thread, which may have overrides of its own; on CUDA on a thread that has none)."""
-    stack = _override_stack()
-    depth = len(stack)
-    stack.extend(layers)
-    try:
-        yield
-    finally:
-        del stack[depth:]
-
-
-def forced(direction: str) -> str | None:
-    for layer in reversed(getattr(_ACTIVE, "overrides", None) or ()):
-        if layer[direction] is not None:
-            return layer[direction]
-    return None
 
 
 # ---- opt-in tuning ------------------------------------------------------------------------
@@ -407,36 +333,6 @@ def tuning_stream():
 
 
 # ---- the call ------------------------------------------------------------------------------
-
-
-@functools.cache
-def path_name(path) -> str:
-    """A path's public name (dispatch tables, dispatch.override): its function's name without
-    the direction ("single_tile", "looped", "split", "held_row", "wide", "two_role"), with its
-    keywords ("held_row(warps=16)", "held_group(slice_n=4096,ring=3,per_sm=6,warps=4)")."""
-    function = getattr(path, "func", path)  # functools.partial: its function and keywords
-    name = function.__name__.removeprefix("_forward_").removeprefix("_backward_")
-    parts = []
-    for key, value in getattr(path, "keywords", {}).items():
-        fields = getattr(value, "_asdict", None)
-        if fields is not None:  # a configuration (NamedTuple): its fields
-            parts.extend(f"{k}={v}" for k, v in fields().items())
-        else:
-            parts.append(f"{key}={value}")
-    return f"{name}({','.join(parts)})" if parts else name
-
-
-def _named_path(paths: list, name: str, direction: str):
-    """The offered path of that name; a bare name ("held_row") takes the first of its kind."""
-    for path in paths:
-        full = path_name(path)
-        if full == name or full.split("(")[0] == name:
-            return path
-    offered = ", ".join(path_name(p) for p in paths)
-    raise ValueError(
-        f"dispatch.override: the {direction} path {name!r} is not offered for this call; "
-        f"offered: {offered}"
-    )
 
 
 class Choice(NamedTuple):

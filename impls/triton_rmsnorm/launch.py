@@ -203,8 +203,11 @@ def rmsnorm_forward(
     """
     eps, offset = float(eps), float(offset)  # as every launch specializes them (fp32)
     replay_key = None
-    if residual is None and _REPLAYABLE and not dispatch.overridden():
+    tag = dispatch.replay_tag() if residual is None and _REPLAYABLE else None
+    if tag is not None:
         replay_key = _forward_replay_key(x, weight, out_dtype, keep_rstd)
+        if tag:  # a kernel test's override: its own replays (the device stays last)
+            replay_key = (tag, *replay_key)
         replayed = replays._REPLAYS.get(replay_key)
         if replayed is not None and _is_current(replay_key[-1]):
             return _replay_forward(replayed, x, weight, eps, offset, out_dtype, keep_rstd)
@@ -243,12 +246,28 @@ def forward_paths(x, y, weight, has_residual: bool) -> list:
     neither a table entry nor an override can send them to another path."""
     if x.dim() == 3:
         return [_forward_single_tile]
+    beyond = dispatch.forced_beyond_offers("fwd") if dispatch.overridden() else None
+    if beyond is not None:  # a kernel test's override(offered_only=False)
+        return [dispatch.path_named(every_forward_path(), beyond, "forward")]
     m, n = x.shape
     paths = _forward_paths(m, n, x.device)
     if forward_holds_row_on_chip(x, y, has_residual):
         paths = [*paths, _forward_held_row]
     groups = held_group_forwards(x, y, weight, has_residual)
     return [*paths, *map(_held_group_forward_path, groups)]
+
+
+def every_forward_path() -> list:
+    """Every forward path, each configuration of a family its own (what an
+    override(offered_only=False) names)."""
+    return [_forward_single_tile, _forward_looped, _forward_split, _forward_held_row,
+            *map(_held_group_forward_path, HELD_GROUP_FORWARDS)]  # fmt: skip
+
+
+def every_backward_path() -> list:
+    """Every backward path, as every_forward_path."""
+    return [_backward_single_tile, _backward_two_role, _backward_wide, *_HELD_ROW_BACKWARDS,
+            *map(_held_group_backward_path, HELD_GROUP_BACKWARDS)]  # fmt: skip
 
 
 def _forward_paths(m: int, n: int, device: torch.device) -> list:
@@ -348,8 +367,11 @@ def rmsnorm_backward(
     """
     offset = float(offset)
     replay_key = None
-    if _REPLAYABLE and not dispatch.overridden():
+    tag = dispatch.replay_tag() if _REPLAYABLE else None
+    if tag is not None:
         replay_key = _backward_replay_key(dy, x, weight, rstd, dh_out)
+        if tag:  # as in rmsnorm_forward
+            replay_key = (tag, *replay_key)
         replayed = replays._REPLAYS.get(replay_key)
         if replayed is not None and _is_current(replay_key[-1]):
             return _replay_backward(replayed, dy, x, weight, rstd, offset, dh_out)
@@ -364,12 +386,24 @@ def rmsnorm_backward(
     dw = torch.empty_like(weight)
     args = (dy, x, weight, rstd, offset, dx, dh_arg, dh_out is not None, dw)
     with _on_device(x):
-        if replay_key is not None and not backward_is_looped(n):
+        if replay_key is not None and not backward_is_looped(n) and _replays_as_single_tile():
             grid = _single_tile_backward_grid(m, x.device, backward_row_period(x, dy, dh_out))
             _record(replay_key, _backward_launches, args, (1, 2), (*grid, x.dim() == 3))
         else:
             _backward_launches(*args)
     return dx, dw
+
+
+#: The backward families _replay_backward repeats (their launches take the single tile's
+#: arguments); the offered paths at widths that are not looped are these.
+_REPLAYED_BACKWARDS = ("single_tile", "two_role")
+
+
+def _replays_as_single_tile() -> bool:
+    """Whether a recorded backward would be one _replay_backward repeats: always for the
+    offered paths; under a kernel test's override(offered_only=False), for the families above."""
+    beyond = dispatch.forced_beyond_offers("bwd") if dispatch.overridden() else None
+    return beyond is None or beyond.split("(")[0] in _REPLAYED_BACKWARDS
 
 
 def _backward_launches(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool, dw) -> None:
@@ -387,6 +421,9 @@ def _backward_paths(x, dy, weight, dh_out) -> list:
     [outer, heads, N]) the plain single tile only (kernels.py's HEADS)."""
     if x.dim() == 3:
         return [_backward_single_tile]
+    beyond = dispatch.forced_beyond_offers("bwd") if dispatch.overridden() else None
+    if beyond is not None:  # a kernel test's override(offered_only=False)
+        return [dispatch.path_named(every_backward_path(), beyond, "backward")]
     if not backward_is_looped(x.shape[1]):
         if backward_takes_two_roles(x, dy, dh_out):
             return [_backward_single_tile, _backward_two_role]
