@@ -7,6 +7,7 @@ backend builds its kernels; conftest runs before any test module imports them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections import Counter
@@ -67,6 +68,17 @@ def pytest_configure(config: pytest.Config) -> None:
     # Triton itself would run (impls/triton_rmsnorm/direct.py); not while timing.
     if ON_GPU and not benchmarking:
         os.environ.setdefault("RMSNORM_TRITON_CHECK_DIRECT", "1")
+
+
+@pytest.fixture
+def force_paths():
+    """force_paths(forward=..., backward=...): the named paths (dispatch.path_name) are every
+    call's only ones for the rest of the test, offered or not: the public kernel-test override,
+    dispatch.override(offered_only=False), held open until the test ends."""
+    from impls.triton_rmsnorm import dispatch
+
+    with contextlib.ExitStack() as stack:
+        yield lambda **names: stack.enter_context(dispatch.override(**names, offered_only=False))
 
 
 @pytest.fixture(autouse=True)

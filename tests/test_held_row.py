@@ -11,7 +11,7 @@ import torch
 
 from harness.inputs import make_inputs
 from harness.oracle import compare, reference
-from impls.triton_rmsnorm import common, held_launch, held_paths, launch
+from impls.triton_rmsnorm import common, dispatch, held_launch, held_paths, launch
 from tests import sm90_compile
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
@@ -132,9 +132,9 @@ def test_held_row_kernel_compiles_for_sm90():
     ],
     ids=lambda p: "x".join(map(str, p)) if isinstance(p, tuple) else DTYPE_NAMES.get(p, "same"),
 )
-def test_held_row_forward_matches_the_oracle(monkeypatch, shape, dtype, w_dtype, out_dtype):
-    """Forced (the only forward path offered), then the backward as usual."""
-    monkeypatch.setattr(launch, "_forward_paths", lambda m, n, device: [])
+def test_held_row_forward_matches_the_oracle(force_paths, shape, dtype, w_dtype, out_dtype):
+    """Forced (the forward's only path), then the backward as usual."""
+    force_paths(forward="held_row")
     inputs = make_inputs(shape, dtype, DEVICE)
     launch.take_launch_configs()
     _assert_matches_oracle(inputs.x, inputs.weight.to(w_dtype), inputs.dy, out_dtype=out_dtype)
@@ -142,9 +142,9 @@ def test_held_row_forward_matches_the_oracle(monkeypatch, shape, dtype, w_dtype,
 
 
 @needs_held_row_gpu
-def test_held_row_forward_with_strided_rows(monkeypatch):
+def test_held_row_forward_with_strided_rows(force_paths):
     """Rows of a wider tensor (a 16-byte-aligned row stride): the kernel takes x's stride."""
-    monkeypatch.setattr(launch, "_forward_paths", lambda m, n, device: [])
+    force_paths(forward="held_row")
     n = WIDEST - 64
     wide = make_inputs((200, WIDEST), torch.bfloat16, DEVICE)
     x = wide.x[:, :n]
@@ -299,11 +299,9 @@ def test_held_group_forward_compiles_for_sm90():
     assert barriers[0] > 0 and barriers[1:] == [0, 0, 0]
 
 
-def _force_group(monkeypatch, config) -> None:
-    """The grouped forward in this configuration the only path offered."""
-    monkeypatch.setattr(launch, "_forward_paths", lambda m, n, device: [])
-    monkeypatch.setattr(launch, "forward_holds_row_on_chip", lambda *args: False)
-    monkeypatch.setattr(held_paths, "HELD_GROUP_FORWARDS", (config,))
+def _force_group(force_paths, config) -> None:
+    """The grouped forward in this configuration the call's only path."""
+    force_paths(forward=dispatch.path_name(launch._held_group_forward_path(config)))
 
 
 needs_group_gpu = pytest.mark.skipif(
@@ -345,8 +343,8 @@ def _every_slot(config) -> int:
     ],
     ids=lambda p: "x".join(map(str, p)) if isinstance(p, tuple) else DTYPE_NAMES.get(p, str(p)),
 )
-def test_held_group_forward_matches_the_oracle(monkeypatch, config, shape, dtype):
-    _force_group(monkeypatch, config)
+def test_held_group_forward_matches_the_oracle(force_paths, config, shape, dtype):
+    _force_group(force_paths, config)
     shape = tuple(_every_slot(config) if d == "every slot" else d for d in shape)
     inputs = make_inputs(shape, dtype, DEVICE)
     launch.take_launch_configs()
@@ -361,7 +359,9 @@ def test_held_group_forward_matches_the_oracle(monkeypatch, config, shape, dtype
     [(0, 1), (8, 1), (0, 0), (1, 0)],
     ids=["never complete, no polls", "never complete, 8 polls", "no polls", "1 poll"],
 )
-def test_held_group_forward_falls_back_on_every_row(monkeypatch, config, spin_limit, tag_offset):
+def test_held_group_forward_falls_back_on_every_row(
+    force_paths, monkeypatch, config, spin_limit, tag_offset
+):
     """Readers that look for tags one past the writers' never find a group complete: every
     program, once its polls are spent, sums every row alone from global memory and still
     publishes its own sums. With the writers' tags and no poll or one, whether a row is
@@ -369,7 +369,7 @@ def test_held_group_forward_falls_back_on_every_row(monkeypatch, config, spin_li
     differently: those that fall back must not stall those that do not (no barrier where they
     part). Either way y and rstd match the reference, and the
     exchange shows every program's sum on every row."""
-    _force_group(monkeypatch, config)
+    _force_group(force_paths, config)
     monkeypatch.setattr(held_launch, "HELD_GROUP_SPIN_LIMIT", spin_limit)
     monkeypatch.setattr(held_launch, "HELD_GROUP_TAG_OFFSET", tag_offset)
     exchanges = record_exchanges(monkeypatch)
@@ -393,10 +393,10 @@ def test_held_group_forward_falls_back_on_every_row(monkeypatch, config, spin_li
     ids=["fp16 w", "fp32 y", "Gemma's offset"],
 )  # fmt: skip
 def test_held_group_forward_weights_outputs_and_offset(
-    monkeypatch, config, w_dtype, out_dtype, offset
+    force_paths, config, w_dtype, out_dtype, offset
 ):
     """An fp16 w with bf16 x (staged in its own dtype), an fp32 y, and w + 1 (Gemma's)."""
-    _force_group(monkeypatch, config)
+    _force_group(force_paths, config)
     inputs = make_inputs((100, GROUPED), torch.bfloat16, DEVICE)
     w = inputs.weight if offset == 0.0 else 0.1 * inputs.weight
     launch.take_launch_configs()
@@ -407,9 +407,9 @@ def test_held_group_forward_weights_outputs_and_offset(
 
 @needs_group_gpu
 @group_config
-def test_held_group_forward_with_strided_rows(monkeypatch, config):
+def test_held_group_forward_with_strided_rows(force_paths, config):
     """Rows of a wider tensor (a 16-byte-aligned row stride): the kernel takes x's stride."""
-    _force_group(monkeypatch, config)
+    _force_group(force_paths, config)
     n = GROUPED - 64
     wide = make_inputs((150, GROUPED), torch.float16, DEVICE)
     launch.take_launch_configs()

@@ -169,10 +169,9 @@ def test_held_row_backward_compiles_for_sm90():
     ]
 
 
-def _force_held(monkeypatch, warps_index: int) -> None:
+def _force_held(force_paths, warps_index: int) -> None:
     """The held row at that warp count as the backward's only path."""
-    path = launch._HELD_ROW_BACKWARDS[warps_index]
-    monkeypatch.setattr(launch, "_backward_paths", lambda *args: [path])
+    force_paths(backward=dispatch.path_name(launch._HELD_ROW_BACKWARDS[warps_index]))
 
 
 @needs_held_row_gpu
@@ -188,8 +187,8 @@ def _force_held(monkeypatch, warps_index: int) -> None:
     ],
     ids=lambda p: "x".join(map(str, p)) if isinstance(p, tuple) else DTYPE_NAMES.get(p, str(p)),
 )
-def test_held_row_backward_matches_the_oracle(monkeypatch, shape, dtype, warps_index):
-    _force_held(monkeypatch, warps_index)
+def test_held_row_backward_matches_the_oracle(force_paths, shape, dtype, warps_index):
+    _force_held(force_paths, warps_index)
     inputs = make_inputs(shape, dtype, DEVICE)
     launch.take_launch_configs()
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
@@ -197,9 +196,9 @@ def test_held_row_backward_matches_the_oracle(monkeypatch, shape, dtype, warps_i
 
 
 @needs_held_row_gpu
-def test_held_row_backward_with_strided_rows_and_mixed_16_bit_dtypes(monkeypatch):
+def test_held_row_backward_with_strided_rows_and_mixed_16_bit_dtypes(force_paths):
     """Rows of a wider tensor (the kernel takes x's stride), an fp16 dy with bf16 x and w."""
-    _force_held(monkeypatch, 0)
+    _force_held(force_paths, 0)
     n = WIDEST - 64
     wide = make_inputs((200, WIDEST), torch.bfloat16, DEVICE)
     x = wide.x[:, :n]
@@ -211,9 +210,9 @@ def test_held_row_backward_with_strided_rows_and_mixed_16_bit_dtypes(monkeypatch
 
 @needs_held_row_gpu
 @pytest.mark.parametrize("warps_index", [0, 1], ids=["16 warps", "32 warps"])
-def test_held_row_backward_with_gemmas_offset(monkeypatch, warps_index):
+def test_held_row_backward_with_gemmas_offset(force_paths, warps_index):
     """w + 1 (Gemma's offset), added to w in both passes."""
-    _force_held(monkeypatch, warps_index)
+    _force_held(force_paths, warps_index)
     inputs = make_inputs((300, WIDEST), torch.bfloat16, DEVICE)
     w = (0.1 * torch.randn(WIDEST)).to(DEVICE, torch.bfloat16)
     _assert_matches_oracle(inputs.x, w, inputs.dy, offset=1.0)
@@ -225,9 +224,9 @@ def test_held_row_backward_with_gemmas_offset(monkeypatch, warps_index):
     [(torch.bfloat16, 0), (torch.float16, 0), (torch.bfloat16, 1)],
     ids=["bf16", "fp16", "bf16, 32 warps"],
 )
-def test_held_row_backward_with_a_residual(monkeypatch, dtype, warps_index):
+def test_held_row_backward_with_a_residual(force_paths, dtype, warps_index):
     """The residual's gradient dh_out added to dx (HAS_DH_OUT): h, y, dx, dr, dw."""
-    _force_held(monkeypatch, warps_index)
+    _force_held(force_paths, warps_index)
     launch.take_launch_configs()
     _check_residual((150, WIDEST), dtype)
     assert "rmsnorm_bwd_held_row_kernel" in launch.take_launch_configs()
@@ -430,9 +429,10 @@ def test_held_group_backward_compiles_for_sm90():
     assert [(f["bf16"], f["fp16"]) for f in found] == pairs
 
 
-def _force_group(monkeypatch, config: int = 0) -> None:
+def _force_group(force_paths, config: int = 0) -> None:
+    """The grouped backward in that configuration as the backward's only path."""
     path = launch._held_group_backward_path(launch.HELD_GROUP_BACKWARDS[config])
-    monkeypatch.setattr(launch, "_backward_paths", lambda *args: [path])
+    force_paths(backward=dispatch.path_name(path))
 
 
 needs_group_gpu = pytest.mark.skipif(
@@ -468,8 +468,8 @@ needs_group_gpu = pytest.mark.skipif(
     ],
     ids=lambda p: "x".join(map(str, p)) if isinstance(p, tuple) else DTYPE_NAMES.get(p, str(p)),
 )
-def test_held_group_backward_matches_the_oracle(monkeypatch, shape, dtype):
-    _force_group(monkeypatch)
+def test_held_group_backward_matches_the_oracle(force_paths, shape, dtype):
+    _force_group(force_paths)
     inputs = make_inputs(shape, dtype, DEVICE)
     launch.take_launch_configs()
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
@@ -488,8 +488,8 @@ def test_held_group_backward_matches_the_oracle(monkeypatch, shape, dtype):
     ],
     ids=lambda p: "x".join(map(str, p)) if isinstance(p, tuple) else DTYPE_NAMES.get(p, str(p)),
 )
-def test_held_group_backward_in_16384_column_slices_matches_the_oracle(monkeypatch, shape, dtype):
-    _force_group(monkeypatch, config=1)
+def test_held_group_backward_in_16384_column_slices_matches_the_oracle(force_paths, shape, dtype):
+    _force_group(force_paths, config=1)
     inputs = make_inputs(shape, dtype, DEVICE)
     launch.take_launch_configs()
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
@@ -526,7 +526,9 @@ def assert_every_slice_published(words: torch.Tensor, m: int, group: int) -> Non
     [(0, 1), (8, 1), (0, 0), (1, 0)],
     ids=["never complete, no polls", "never complete, 8 polls", "no polls", "1 poll"],
 )
-def test_held_group_backward_falls_back_on_every_row(monkeypatch, spin_limit, tag_offset):
+def test_held_group_backward_falls_back_on_every_row(
+    force_paths, monkeypatch, spin_limit, tag_offset
+):
     """Readers that look for tags one past the writers' never find a group complete: every
     program, after its polls are spent (all its rows together), sums every row alone from
     global memory and still publishes its own sums. With the writers' tags and no poll or one,
@@ -534,7 +536,7 @@ def test_held_group_backward_falls_back_on_every_row(monkeypatch, spin_limit, ta
     their own, may see it differently: those that fall back must not stall
     those that do not (no barrier where they part). Either way the result matches the
     oracle, and the exchange shows every program's sum on every row."""
-    _force_group(monkeypatch)
+    _force_group(force_paths)
     monkeypatch.setattr(held_launch, "HELD_GROUP_SPIN_LIMIT", spin_limit)
     monkeypatch.setattr(held_launch, "HELD_GROUP_TAG_OFFSET", tag_offset)
     exchanges = record_exchanges(monkeypatch)
@@ -545,9 +547,9 @@ def test_held_group_backward_falls_back_on_every_row(monkeypatch, spin_limit, ta
 
 
 @needs_group_gpu
-def test_held_group_backward_with_mixed_16_bit_dtypes(monkeypatch):
+def test_held_group_backward_with_mixed_16_bit_dtypes(force_paths):
     """An fp16 dy with bf16 x and w, staged each in its own dtype."""
-    _force_group(monkeypatch)
+    _force_group(force_paths)
     inputs = make_inputs((200, GROUPED), torch.bfloat16, DEVICE)
     launch.take_launch_configs()
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy.half())
@@ -555,8 +557,8 @@ def test_held_group_backward_with_mixed_16_bit_dtypes(monkeypatch):
 
 
 @needs_group_gpu
-def test_held_group_backward_with_a_residual_and_strided_rows(monkeypatch):
-    _force_group(monkeypatch)
+def test_held_group_backward_with_a_residual_and_strided_rows(force_paths):
+    _force_group(force_paths)
     launch.take_launch_configs()
     _check_residual((100, GROUPED), torch.bfloat16)
     n = GROUPED - 64

@@ -3,9 +3,9 @@
 The kernel keeps per-device state (SM counts, tuned configurations, compiled kernels, replays):
 each test here calls it with x on a GPU that is not the current one, or on a side stream, and
 checks the bits against the same call made on cuda:0 alone (itself checked against the fp32
-oracle). Every path of impls/triton_rmsnorm/launch.py is forced in turn (PATH_CASES; forced
-the way tests/test_held_row*.py force them, by offering the launch that path alone, as there is
-no public override), after checking that the launch offers it for that shape on this GPU.
+oracle). Every path of impls/triton_rmsnorm/launch.py is forced in turn (PATH_CASES; through
+the public kernel-test override, dispatch.override(offered_only=False): conftest's
+force_paths), after checking that the launch offers it for that shape on this GPU.
 
 What needs what:
 - two GPUs (skipped with the count found otherwise): test_every_path_on_two_gpus_in_turn,
@@ -148,13 +148,10 @@ def _offered_or_skip(case: PathCase, x, w, dy) -> None:
                     f"{DTYPE_NAMES[case.dtype]} on {torch.cuda.get_device_name(x.device)}")  # fmt: skip
 
 
-def _force(monkeypatch, case: PathCase) -> None:
-    """The case's forward and backward the only paths the launch offers."""
-    forward, backward = FORWARDS[case.forward](), BACKWARDS[case.backward]()
-    monkeypatch.setattr(launch, "_forward_paths", lambda m, n, device: [forward])
-    monkeypatch.setattr(launch, "forward_holds_row_on_chip", lambda *args: False)
-    monkeypatch.setattr(launch, "held_group_forwards", lambda *args: ())
-    monkeypatch.setattr(launch, "_backward_paths", lambda *args: [backward])
+def _force(force_paths, case: PathCase) -> None:
+    """The case's forward and backward every call's only paths (offered: _offered_or_skip)."""
+    force_paths(forward=dispatch.path_name(FORWARDS[case.forward]()),
+                backward=dispatch.path_name(BACKWARDS[case.backward]()))  # fmt: skip
 
 
 # ---- one call and its placement ---------------------------------------------------------
@@ -232,14 +229,14 @@ def _assert_matches_oracle(inputs, got: dict) -> None:
         assert report.passed, report.summary()
 
 
-def _run_sequence(monkeypatch, case: PathCase, calls) -> None:
+def _run_sequence(force_paths, case: PathCase, calls) -> None:
     """The first call, on cuda:0 with nothing else before it, is the reference (checked
     against the oracle); each later call's results must have its bits."""
     inputs = make_inputs(case.shape, case.dtype, "cpu", seed=35)
     probe = [t.to("cuda:0") for t in (inputs.x, inputs.weight, inputs.dy)]
     _offered_or_skip(case, *probe)
     del probe
-    _force(monkeypatch, case)
+    _force(force_paths, case)
     launch.take_launch_configs()
     want = _call(inputs, 0, 0, False)
     _assert_matches_oracle(inputs, want)
@@ -261,11 +258,11 @@ def _run_sequence(monkeypatch, case: PathCase, calls) -> None:
 
 @needs_gpu
 @pytest.mark.parametrize("case", [_case_param(c) for c in PATH_CASES])
-def test_every_path_on_one_gpu_and_a_side_stream(monkeypatch, case):
+def test_every_path_on_one_gpu_and_a_side_stream(force_paths, case):
     """One GPU: each path on cuda:0's default stream, on a side stream (its kernels must go
     there: the ordering check), and again on the default stream (replays where recorded),
     each bitwise the first call's."""
-    _run_sequence(monkeypatch, case, [(0, 0, True), (0, 0, False), (0, 0, True)])
+    _run_sequence(force_paths, case, [(0, 0, True), (0, 0, False), (0, 0, True)])
 
 
 #: (x's GPU, the current GPU, a side stream) for each call after the reference on cuda:0.
@@ -282,11 +279,11 @@ TWO_GPU_CALLS = (
 
 @needs_two_gpus
 @pytest.mark.parametrize("case", [_case_param(c) for c in PATH_CASES])
-def test_every_path_on_two_gpus_in_turn(monkeypatch, case):
+def test_every_path_on_two_gpus_in_turn(force_paths, case):
     """Two GPUs: each path's forward and backward on cuda:0 and cuda:1 in turn from one
     process, each GPU current or not, default and side streams: every result bitwise the call
     on cuda:0 alone."""
-    _run_sequence(monkeypatch, case, TWO_GPU_CALLS)
+    _run_sequence(force_paths, case, TWO_GPU_CALLS)
 
 
 def _graph_case_params():
@@ -296,7 +293,7 @@ def _graph_case_params():
 @needs_gpu
 @ON_EACH_GPU
 @pytest.mark.parametrize("case", _graph_case_params())
-def test_a_graph_captured_on_a_gpu(monkeypatch, index, case):
+def test_a_graph_captured_on_a_gpu(force_paths, index, case):
     """Forward and backward captured in one CUDA graph on cuda:index (after a warm call, as
     the README requires), replayed with cuda:0 current on new values copied into the captured
     inputs: bitwise the same call made eagerly on cuda:0."""
@@ -304,7 +301,7 @@ def test_a_graph_captured_on_a_gpu(monkeypatch, index, case):
     first = make_inputs(case.shape, case.dtype, "cpu", seed=1)
     x, w, dy = (t.to(device) for t in (first.x, first.weight, first.dy))
     _offered_or_skip(case, x, w, dy)
-    _force(monkeypatch, case)
+    _force(force_paths, case)
     with torch.cuda.device(index):
         y, rstd, _ = launch.rmsnorm_forward(x, w, first.eps)  # compiles, records replays
         launch.rmsnorm_backward(dy, x, w, rstd)
@@ -333,7 +330,7 @@ def test_a_graph_captured_on_a_gpu(monkeypatch, index, case):
 @pytest.mark.parametrize(
     "case", [_case_param(CASES[n]) for n in ("single-tile", "group-4096-8192")]
 )
-def test_no_wait_on_another_streams_kernels(monkeypatch, index, case):
+def test_no_wait_on_another_streams_kernels(force_paths, index, case):
     """A warm call on cuda:index (cuda:0 current) while another stream of that GPU runs a long
     kernel: the call's kernels finish first, so the call made its stream wait for nothing it
     did not launch. (An ordering check: the other stream's OTHER_STREAM_SLEEP_CYCLES, ~1 s,
@@ -342,7 +339,7 @@ def test_no_wait_on_another_streams_kernels(monkeypatch, index, case):
     inputs = make_inputs(case.shape, case.dtype, "cpu", seed=4)
     x, w, dy = (t.to(device) for t in (inputs.x, inputs.weight, inputs.dy))
     _offered_or_skip(case, x, w, dy)
-    _force(monkeypatch, case)
+    _force(force_paths, case)
     with torch.cuda.device(0):
         y, rstd, _ = launch.rmsnorm_forward(x, w, inputs.eps)  # warm: compiled, replays recorded
         launch.rmsnorm_backward(dy, x, w, rstd)
