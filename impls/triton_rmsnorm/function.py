@@ -162,15 +162,12 @@ class RMSNormFunction(torch.autograd.Function):
         if dy is None:  # only h was used downstream: y sends nothing, so dx = dr = dh, dw = 0
             return dh, torch.zeros_like(weight), dh, None, None, None
         dh2d = None if dh is None else _rows(dh)
-        if ctx.overrides:
+        args = (_rows(dy), normalized2d, weight, rstd, ctx.offset, dh2d)
+        if ctx.overrides:  # (no context manager on the common path: host time)
             with dispatch.overrides_of_forward(ctx.overrides):
-                dx2d, dw = launch.rmsnorm_backward(
-                    _rows(dy), normalized2d, weight, rstd, ctx.offset, dh2d
-                )
+                dx2d, dw = launch.rmsnorm_backward(*args)
         else:
-            dx2d, dw = launch.rmsnorm_backward(
-                _rows(dy), normalized2d, weight, rstd, ctx.offset, dh2d
-            )
+            dx2d, dw = launch.rmsnorm_backward(*args)
         dx = _shaped(dx2d, ctx.shape)
         # h = x + r: x and the residual get the same gradient (autograd copies if it must)
         grads = (dx, dw, dx if ctx.has_residual else None, None, None, None)

@@ -53,8 +53,8 @@ def rmsnorm_fwd_kernel(
     STORE_RSTD: tl.constexpr = True,  # False: rstd not written (no backward will read it)
 ):
     """BLOCK_M whole rows per tile: read x (and r) once, write y (and h) once, one fp32 rstd
-    per row (STORE_RSTD; a forward no backward follows writes none, and RSTD is any pointer). With BLOCK_M = 1 and one program per tile this is the seed design, one program
-    per row.
+    per row (STORE_RSTD; a forward no backward follows writes none, and RSTD is any pointer).
+    With BLOCK_M = 1 and one program per tile this is the seed design, one program per row.
 
     One program per tile (PERSISTENT False) runs the tile straight through, with no loop, and
     loads w after the row's reduction, so that the fp32 w is not live in registers while x is

@@ -221,16 +221,15 @@ def rmsnorm_forward(
     has_residual = residual is not None
     if m == 0:
         return y, torch.empty((0,), dtype=torch.float32, device=x.device), h
-    with _on_device(x):
-        paths = forward_paths(x, y, weight, has_residual)
-    rstd = None
-    if keep_rstd or paths != [_forward_single_tile]:
-        rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
     r_arg, h_arg = (x, x) if residual is None else (residual, h)
     strides = (x.stride(-2), y.stride(0), r_arg.stride(-2), h_arg.stride(-2))  # x's: per head
     dtypes = (x.dtype, weight.dtype, y.dtype)
-    args = (x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual)
     with _on_device(x):
+        paths = forward_paths(x, y, weight, has_residual)
+        rstd = None
+        if keep_rstd or paths != [_forward_single_tile]:
+            rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
+        args = (x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual)
         call = ("fwd", dtypes, has_residual, n, m, paths, x.device)
         if paths == [_forward_single_tile] and replay_key is not None:
             two_level = True if x.dim() == 3 else None  # (the replay's extra)
@@ -246,7 +245,7 @@ def forward_paths(x, y, weight, has_residual: bool) -> list:
     neither a table entry nor an override can send them to another path."""
     if x.dim() == 3:
         return [_forward_single_tile]
-    beyond = dispatch.forced_beyond_offers("fwd") if dispatch.overridden() else None
+    beyond = dispatch.forced_beyond_offers("fwd")
     if beyond is not None:  # a kernel test's override(offered_only=False)
         return [dispatch.path_named(every_forward_path(), beyond, "forward")]
     m, n = x.shape
@@ -402,7 +401,7 @@ _REPLAYED_BACKWARDS = ("single_tile", "two_role")
 def _replays_as_single_tile() -> bool:
     """Whether a recorded backward would be one _replay_backward repeats: always for the
     offered paths; under a kernel test's override(offered_only=False), for the families above."""
-    beyond = dispatch.forced_beyond_offers("bwd") if dispatch.overridden() else None
+    beyond = dispatch.forced_beyond_offers("bwd")
     return beyond is None or beyond.split("(")[0] in _REPLAYED_BACKWARDS
 
 
@@ -421,7 +420,7 @@ def _backward_paths(x, dy, weight, dh_out) -> list:
     [outer, heads, N]) the plain single tile only (kernels.py's HEADS)."""
     if x.dim() == 3:
         return [_backward_single_tile]
-    beyond = dispatch.forced_beyond_offers("bwd") if dispatch.overridden() else None
+    beyond = dispatch.forced_beyond_offers("bwd")
     if beyond is not None:  # a kernel test's override(offered_only=False)
         return [dispatch.path_named(every_backward_path(), beyond, "backward")]
     if not backward_is_looped(x.shape[1]):

@@ -62,11 +62,17 @@ def override(
         stack.pop()
 
 
-def forced_configs(direction: str) -> dict | None:
+def _innermost(direction: str) -> dict | None:
+    """The innermost layer of this thread's overrides that forces `direction`, or None."""
     for layer in reversed(getattr(_OVERRIDES, "stack", None) or ()):
         if layer[direction] is not None:
-            return layer[direction + "_configs"]
+            return layer
     return None
+
+
+def forced_configs(direction: str) -> dict | None:
+    layer = _innermost(direction)
+    return None if layer is None else layer[direction + "_configs"]
 
 
 def _override_stack() -> list:
@@ -105,10 +111,8 @@ def overrides_of_forward(layers: tuple):
 
 
 def forced(direction: str) -> str | None:
-    for layer in reversed(getattr(_OVERRIDES, "stack", None) or ()):
-        if layer[direction] is not None:
-            return layer[direction]
-    return None
+    layer = _innermost(direction)
+    return None if layer is None else layer[direction]
 
 
 def replay_tag() -> tuple | None:
@@ -127,10 +131,8 @@ def replay_tag() -> tuple | None:
 
 def forced_beyond_offers(direction: str) -> str | None:
     """The path name an override(offered_only=False) forces in this direction, else None."""
-    for layer in reversed(getattr(_OVERRIDES, "stack", None) or ()):
-        if layer[direction] is not None:
-            return None if layer["offered_only"] else layer[direction]
-    return None
+    layer = _innermost(direction)
+    return None if layer is None or layer["offered_only"] else layer[direction]
 
 
 def path_named(paths: list, name: str, direction: str):
