@@ -454,3 +454,41 @@ def test_offers_give_the_launchers_paths_with_a_reason_for_each_left_out(monkeyp
             for offer in fwd + bwd:
                 assert (offer.reason is None) == bool(offer.paths), offer
                 assert offer.reason is None or offer.reason.strip(), offer
+
+
+# ---- one row a tile at grids under the SM count (configs.one_row_tiles) --------------------
+
+
+def test_one_row_tiles_where_the_tiles_would_not_fill_the_sms():
+    from impls.triton_rmsnorm import configs
+
+    config = {"BLOCK_M": 2, "PROGRAMS_PER_SM": 0, "LOOP_STAGES": 1, "num_warps": 8,
+              "num_stages": 1}  # fmt: skip
+    one_row = {**config, "BLOCK_M": 1}
+    # 16x8192 16-bit: 8 tiles on 132 SMs; 8 warps x 32 threads x 8 columns = 2048 <= 8192
+    assert configs.one_row_tiles(config, 16, 8192, 2, 132) == one_row
+    assert configs.one_row_tiles(config, 262, 8192, 2, 132) == one_row  # 131 tiles
+    assert configs.one_row_tiles(config, 263, 8192, 2, 132) is config  # 132 tiles fill them
+    # 16 warps of 8-column vectors span 4096 columns: at 2048 they split the rows among them
+    wide_warps = {**config, "num_warps": 16}
+    assert configs.one_row_tiles(wide_warps, 16, 2048, 2, 132) is wide_warps
+    assert configs.one_row_tiles(wide_warps, 16, 4096, 2, 132)["BLOCK_M"] == 1
+    assert configs.one_row_tiles(wide_warps, 16, 2048, 4, 132)["BLOCK_M"] == 1  # fp32 vectors
+    # a persistent grid and a tile of one row already: as they are
+    persistent = {**config, "PROGRAMS_PER_SM": 2}
+    assert configs.one_row_tiles(persistent, 16, 8192, 2, 132) is persistent
+    assert configs.one_row_tiles(one_row, 16, 8192, 2, 132) is one_row
+
+
+def test_forced_forward_configurations_launch_as_given():
+    """Under dispatch.override(forward_configs=...) the forward's configuration is not adjusted
+    to M (a kernel test or a probe runs what it names); otherwise it is."""
+    from impls.triton_rmsnorm import forward_launch
+
+    x = torch.empty(16, 8192, dtype=torch.bfloat16)
+    adjust = forward_launch._one_row_tiles(16, 8192, (x, x, x, x), torch.device("cpu"))
+    assert adjust is not None
+    forced = {"rmsnorm_fwd_kernel": {"BLOCK_M": 2, "PROGRAMS_PER_SM": 0, "LOOP_STAGES": 1,
+                                     "num_warps": 8, "num_stages": 1}}  # fmt: skip
+    with dispatch.override(forward="single_tile", forward_configs=forced):
+        assert forward_launch._one_row_tiles(16, 8192, (x,), torch.device("cpu")) is None

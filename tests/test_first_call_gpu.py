@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from impls.triton_rmsnorm import dispatch, dispatch_table, kernels, launch, rmsnorm
+from impls.triton_rmsnorm import common, configs, dispatch, dispatch_table, kernels, launch, rmsnorm
 from tests.conftest import ON_GPU
 
 pytestmark = pytest.mark.skipif(not ON_GPU, reason="first calls, streams and captures: GPU only")
@@ -425,7 +425,12 @@ def test_env_tuning_writes_a_cache_that_a_later_process_reads(tmp_path):
                                       "RMSNORM_TRITON_TUNE_CACHE": str(cache)}).splitlines()[-1])  # fmt: skip
     (entry,) = dispatch_table.Table.load(cache).entries()
     assert (entry.key.direction, entry.n, entry.m, entry.path) == ("fwd", 3000, 512, "single_tile")
-    assert tuned == entry.configs
+    # the second call launches the entry, with one row a tile where 512 rows in its tiles would
+    # not fill the SMs (configs.one_row_tiles)
+    sms = common._programs_cap(torch.device("cuda", 0))
+    as_launched = {"rmsnorm_fwd_kernel": configs.one_row_tiles(
+        entry.configs["rmsnorm_fwd_kernel"], 512, 4096, 2, sms)}  # fmt: skip
+    assert tuned == as_launched
     later = json.loads(_python(code, {"RMSNORM_TRITON_TUNE_CACHE": str(cache)}).splitlines()[-1])
-    assert later == entry.configs  # read, not tuned again (the file is unchanged)
+    assert later == as_launched  # read, not tuned again (the file is unchanged)
     assert len(dispatch_table.Table.load(cache)) == 1

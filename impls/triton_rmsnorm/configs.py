@@ -319,7 +319,8 @@ def _table_config(kernel_name: str) -> dict | None:
     if it has one and it is in the kernel's configuration space (_configs); else None (the
     heuristic). Not checked against the pruning of a launch's candidates: pruning is about
     speed at the tuned M (every configuration in the space runs at every M of one padded
-    width), and a configuration that changed with M would change the bits with M."""
+    width), and a configuration that changed with M would change the bits with M (but for
+    one_row_tiles, which changes BLOCK_M only where the bits stay)."""
     configs = getattr(dispatch._ACTIVE, "configs", None)
     config = configs.get(kernel_name) if configs else None
     if config is None:
@@ -384,6 +385,37 @@ def _heuristic_config(kernel_name: str, block_n: int) -> dict:
         "num_warps": heuristic_num_warps(tile),
         "num_stages": TRITON_DEFAULT_STAGES,
     }
+
+
+#: 16-byte loads: the widest vector a thread loads, which Triton's layout of a tile gives each
+#: thread along the row where the row allows it.
+_VECTOR_BYTES = 16
+
+
+def one_row_tiles(config: dict, m: int, block_n: int, element_size: int, sms: int) -> dict:
+    """The plain single-tile forward's configuration (the table's or the heuristic's) for a call
+    of m rows: one row a tile where its tiles of config's BLOCK_M would leave SMs idle and the
+    bits cannot change; config itself otherwise.
+
+    At decode rows the table's tiles of 2 rows give fewer programs than SMs (16x8192: 8
+    programs on 132 SMs); one row a tile at the same warps ran 1.02-1.30x faster at 1-256 rows
+    of 4096 and 8192 columns on the H200, y bitwise the same at all 16 cases
+    (`results/nvidia-h200/probes/2026-12-02-71c7f68e31cb-decode-tiles.json`). The bits are the
+    same by construction where the tile's warps all lie along the row: a warp covers 32 threads
+    x one 16-byte vector of columns, and when BLOCK_N holds num_warps of those, Triton's layout
+    spreads the warps along the row and repeats the rows in each thread's registers, so each
+    row is reduced by the same threads in the same order whatever BLOCK_M. With fewer columns
+    the warps split the rows among them, and one row a tile would reduce a row over other
+    threads (other bits): such configurations are kept. element_size: the smallest element of
+    the tensors the tile loads (the widest vector in elements). A persistent grid
+    (PROGRAMS_PER_SM > 0) is kept as it is.
+    """
+    block_m = config.get("BLOCK_M", 1)
+    if block_m == 1 or config.get("PROGRAMS_PER_SM", 0) != 0 or cdiv(m, block_m) >= sms:
+        return config
+    if block_n < config["num_warps"] * 32 * (_VECTOR_BYTES // element_size):
+        return config
+    return {**config, "BLOCK_M": 1}
 
 
 def _tile_programs(m: int, meta: dict, device: torch.device) -> int:

@@ -32,7 +32,9 @@ A call (direction, dtypes, residual, N, M) maps to an entry thus (`Table.lookup`
    (M's bit length, as the kernels' own ROWS_BUCKET; ties: the larger m).
 An entry whose path is not offered for the call (a condition on alignment or device failed),
 or whose configuration is not among the kernel's candidates there, is not used: the heuristic
-serves that part of the call (launch.py).
+serves that part of the call (launch.py). An entry's configuration is launched as it is, but
+for one rule: the plain single-tile forward takes one row a tile where the entry's tiles would
+fill fewer programs than SMs and that cannot change a row's bits (configs.one_row_tiles).
 """
 
 from __future__ import annotations

@@ -19,22 +19,40 @@ import sys
 
 import torch
 
-from . import dispatch, launch, offers
+from . import common, configs, dispatch, launch, offers
 from .function import _rows, _x_rows
 
 
 def _lines(direction: str, dtypes: tuple, residual: bool, n: int, m: int, paths: list,
-           device: torch.device, families: list) -> list[str]:  # fmt: skip
+           device: torch.device, families: list, element_size: int = 2) -> list[str]:  # fmt: skip
     choice = dispatch.choose(direction, dtypes, residual, n, m, paths, device)
     offered = ", ".join(dispatch.path_name(p) for p in paths)
-    configs = "heuristic"
+    config_text = "heuristic"
     if choice.configs is not None:
-        configs = ", ".join(f"{kernel} {dict(sorted(c.items()))}"
+        config_text = ", ".join(f"{kernel} {dict(sorted(c.items()))}"
                             for kernel, c in sorted(choice.configs.items()))  # fmt: skip
     left_out = [f"    {o.name}: {o.reason}" for o in families if o.reason is not None]
     return [f"{direction}: {dispatch.path_name(choice.path)}  ({choice.describe()})",
-            f"  offered: {offered}", f"  configs: {configs}",
+            f"  offered: {offered}", f"  configs: {config_text}",
+            *_one_row_tiles_line(choice, m, n, element_size, device),
             *(["  not offered:", *left_out] if left_out else [])]  # fmt: skip
+
+
+def _one_row_tiles_line(choice, m: int, n: int, element_size: int, device) -> list[str]:
+    """Where the plain single-tile forward's table configuration launches with one row a tile at
+    this M (configs.one_row_tiles), a line saying so."""
+    config = (choice.configs or {}).get("rmsnorm_fwd_kernel")
+    if config is None or device.type != "cuda":
+        return []
+    sms = common._programs_cap(device)
+    launched = configs.one_row_tiles(config, m, common.block_size(n), element_size, sms)
+    if launched == config:
+        return []
+    return [
+        f"  launched: rmsnorm_fwd_kernel with BLOCK_M 1 at M={m} (its tiles of "
+        f"{config['BLOCK_M']} rows would fill fewer than the {sms} SMs; the same bits: "
+        "configs.one_row_tiles)"
+    ]
 
 
 def explain(
@@ -57,8 +75,13 @@ def explain(
     with launch._on_device(x):
         paths = launch.forward_paths(x2d, y, weight, has_residual)
         families = offers.forward_offers(x2d, y, weight, has_residual)
+        sizes = (
+            x.element_size(),
+            y.element_size(),
+            *(() if residual is None else (residual.element_size(),)),
+        )
         lines += _lines("fwd", (x.dtype, weight.dtype, y.dtype), has_residual, n, m, paths,
-                        x.device, families)  # fmt: skip
+                        x.device, families, min(sizes))  # fmt: skip
         grad = torch.empty((m, n), dtype=y.dtype, device=x.device) if dy is None else _rows(dy)
         dh = grad if has_residual else None
         paths = launch._backward_paths(x2d, grad, weight, dh)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from . import common, kernel_launch
+from . import common, kernel_launch, overrides
 from .common import (
     SPLIT_BLOCK_N,
     WIDE_BLOCK_N,
@@ -16,7 +16,7 @@ from .common import (
     next_power_of_2,
     two_level_switches,
 )
-from .configs import _tile_programs
+from .configs import _tile_programs, one_row_tiles
 
 #: Widest row the single-tile forward takes: one row lives in registers.
 SINGLE_TILE_MAX_N = 65536
@@ -60,8 +60,18 @@ def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset,
     kernel_launch._launch(
         "rmsnorm_fwd_kernel", lambda meta: (_tile_programs(m, meta, x.device),), *args,
         dtypes=dtypes, ROWS_CONTIGUOUS=all(stride == n for stride in strides), **switches,
-        **two_level_switches(x),
+        **two_level_switches(x), adjust=_one_row_tiles(m, n, (x, y, r_arg, h_arg), x.device),
     )  # fmt: skip
+
+
+def _one_row_tiles(m: int, n: int, tensors: tuple, device: torch.device):
+    """The plain single-tile forward's configuration adjusted to m rows (configs.one_row_tiles),
+    or None where configurations are forced (dispatch.override: they run as given)."""
+    if overrides.forced_configs("fwd") is not None:
+        return None
+    element_size = min(t.element_size() for t in tensors if t is not None)
+    sms = common._programs_cap(device)
+    return lambda config: one_row_tiles(config, m, block_size(n), element_size, sms)
 
 
 def _shifted_forward_programs(m: int, period: int, meta: dict, device: torch.device) -> int:

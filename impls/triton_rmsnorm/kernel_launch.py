@@ -92,12 +92,14 @@ _TUNED: dict[tuple, dict] = {}
 _LAYOUT_SWITCHES = frozenset({"ROWS_CONTIGUOUS", "HEADS", "STRIDE_X_OUTER"})
 
 
-def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> dict:
+def _launch(kernel_name: str, grid, *args, dtypes: tuple, adjust=None, **kwargs) -> dict:
     """The dispatch table's configuration (or the heuristic's) on a GPU, tuned inside a runtime
     tuning (autotuning()); one fixed configuration under the interpreter, which cannot time.
 
     grid: a tuple, or a function of the launch meta-parameters (BLOCK_M is chosen by the tuner).
     dtypes: the dtypes of the kernel's tensors that vary (with N and kwargs, the tuning key).
+    adjust: None, or a function of the table's (or the heuristic's) configuration giving the one
+    to launch at this call (configs.one_row_tiles); a tuning launches what it times.
     Triton launches on the current CUDA device: the caller makes it x's device (_on_device).
     After the first launch of a specialization, launches go straight to the compiled kernel
     (direct.py). Returns the configuration launched (the tuner's choice, or the fixed one).
@@ -133,6 +135,8 @@ def _launch(kernel_name: str, grid, *args, dtypes: tuple, **kwargs) -> dict:
             config = _TUNED[key] = _tuned_config(kernel_name, grid, args, kwargs)
     else:
         config = _table_config(kernel_name) or _heuristic_config(kernel_name, kwargs["BLOCK_N"])
+        if adjust is not None:
+            config = adjust(config)
     _LAUNCHED[kernel_name] = config
     _harvest(kernel_name, config)
     grid, meta = _kernel_grid_and_meta(kernel_name, grid, {**kwargs, **config})
