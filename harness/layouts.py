@@ -20,6 +20,15 @@ def case_dims(shape) -> tuple[int, ...]:
     return shape.dims if isinstance(shape, HeadView) else (int(shape[0]), int(shape[1]))
 
 
+def case_skip_reason(backend, shape, dtype: torch.dtype, device: str | torch.device) -> str | None:
+    """Why backend cannot run this case (its own skip_reason for the tensor shape it would see,
+    or a layout its op has no form for), or None when it can."""
+    reason = backend.skip_reason(case_dims(shape), dtype, device)
+    if reason is None and backend.op == "add_rmsnorm" and isinstance(shape, HeadView):
+        reason = "unsupported: the qk-norm views have no residual add"
+    return reason
+
+
 def make_case_inputs(
     shape,
     dtype: torch.dtype,

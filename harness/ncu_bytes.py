@@ -15,6 +15,14 @@ kernel it profiles (its default --cache-control all), so reads come from DRAM. P
 bytes read and written, the kernel count, the model's bytes and their ratio; a backend that
 moves more than the model (a second pass over x, spilled rows, an fp32 copy) shows a ratio
 above 1.
+
+Reads are the check: every byte a call reads comes from DRAM, so DRAM reads / the model's reads
+is near 1 for a backend that reads its inputs once (the O(N) weight and partials on top). Writes
+are a floor: ncu counts DRAM writes while the call's kernels run, and lines a kernel wrote that
+are still in L2 when it ends (the H200's holds 60 MB) reach DRAM later, uncounted. On the H200
+a 32 MiB forward output showed 9 MB of DRAM writes and a 256 KiB one none
+(results/nvidia-h200/ncu-bytes-*.json), so a write ratio below 1 is not a saving, and the
+total ratio sits under 1 for a backend that moves exactly the model's bytes.
 """
 
 from __future__ import annotations
@@ -108,7 +116,9 @@ def records(plan_: list[dict], measured: dict[int, dict], dtype: str, op: str,
     for p in plan_:
         m, n = parse_shape(p["shape"])
         model = traffic.counted_bytes(p["mode"], m, n, es, op)
-        rec = {**p, "dtype": dtype, "op": op, "model_bytes": model}
+        model_read = traffic.counted_read_bytes(p["mode"], m, n, es, op)
+        rec = {**p, "dtype": dtype, "op": op, "model_bytes": model,
+               "model_read_bytes": model_read, "model_write_bytes": model - model_read}  # fmt: skip
         got = measured.get(p["index"])
         if p["index"] in errors:
             rec["error"] = errors[p["index"]]
@@ -117,7 +127,8 @@ def records(plan_: list[dict], measured: dict[int, dict], dtype: str, op: str,
         else:
             rec.update(dram_read_bytes=got["read"], dram_write_bytes=got["write"],
                        dram_bytes=got["read"] + got["write"], kernels=got["kernels"],
-                       ratio=(got["read"] + got["write"]) / model)  # fmt: skip
+                       ratio=(got["read"] + got["write"]) / model,
+                       read_ratio=got["read"] / model_read)  # fmt: skip
         out.append(rec)
     return out
 
@@ -181,13 +192,12 @@ def measure_backend(backend, shapes: list[str], modes: list[str], dtype: str, nc
                     workdir: Path) -> list[dict]:  # fmt: skip
     """Profile one backend's calls in one ncu process; records for each measurement."""
     from harness.calls import DTYPES
-    from harness.layouts import case_dims
+    from harness.layouts import case_skip_reason
     from harness.shapes import parse_shape
 
     modes = [m for m in modes if m == "fwd" or backend.has_backward]
     runnable = [s for s in shapes
-                if backend.skip_reason(case_dims(parse_shape(s)), DTYPES[dtype], "cuda")
-                is None]  # fmt: skip
+                if case_skip_reason(backend, parse_shape(s), DTYPES[dtype], "cuda") is None]  # fmt: skip
     plan_ = plan(backend.name, runnable, modes)
     if not plan_:
         return []

@@ -176,11 +176,17 @@ def versus_line(rows: list[dict], mode: str, timing: str, op: str) -> str:
 
 
 def json_tables(path: Path) -> list[str] | None:
-    """The tables of a JSON the index names: a harness.host_cost grid (it has "bars") or a
-    harness.overhead record (rows per backend); None for any other JSON (listed only)."""
+    """The tables of a JSON the index names: a harness.host_cost grid (it has "bars"), a
+    harness.ncu_bytes file (records with the model's bytes) or a harness.overhead record (rows
+    per backend); None for any other JSON (listed only)."""
     data = json.loads(path.read_text(encoding="utf-8"))
     if "bars" in data:
         return [host_cost_table(data)]
+    records = data.get("records") if isinstance(data, dict) else None
+    if records and all("model_bytes" in r for r in records):
+        from harness.report import NCU_HEADERS, NCU_NOTE, ncu_rows
+
+        return [f"{NCU_NOTE}\n\n{_table(NCU_HEADERS, ncu_rows(records))}"]
     rows = data.get("rows") if isinstance(data, dict) else None
     if rows and all("backend" in r for r in rows):
         return [overhead_table(path)]

@@ -20,7 +20,7 @@ from harness import traffic
 from harness.calls import DTYPE_NAMES, backward_call, error_text, forward_calls
 from harness.checks import QUANTITIES, CheckResult, check_backend
 from harness.inputs import DEFAULT_EPS, Inputs
-from harness.layouts import case_dims, make_case_inputs
+from harness.layouts import case_skip_reason, make_case_inputs
 from harness.oracle import reference
 from harness.shapes import HeadView, shape_label
 from impls import Backend
@@ -236,8 +236,7 @@ class _FirstCalls:
     def _measure(self, backend: Backend, dtype: torch.dtype) -> None:
         from harness import costs
 
-        cases = [s for s in self.wanted
-                 if backend.skip_reason(case_dims(s), dtype, "cuda") is None]  # fmt: skip
+        cases = [s for s in self.wanted if case_skip_reason(backend, s, dtype, "cuda") is None]
         if not cases:
             return
         started = time.perf_counter()
@@ -260,9 +259,7 @@ def _launch_configs(backend: Backend) -> dict | None:
 
 
 def _backend_rows(backend, shape, dtype, device, sets, ref, floors, config):
-    reason = backend.skip_reason(case_dims(shape), dtype, device)
-    if reason is None and backend.op == "add_rmsnorm" and isinstance(shape, HeadView):
-        reason = "unsupported: the qk-norm views have no residual add"
+    reason = case_skip_reason(backend, shape, dtype, device)
     check = None
     fn = None
     costs: dict = {}

@@ -18,6 +18,21 @@ TENSORS_MOVED = {
 }
 
 
+#: Of those, the ones read (the rest are written): x; x and dy; x and r; h, dy and dh.
+TENSORS_READ = {
+    ("rmsnorm", "fwd"): 1,
+    ("rmsnorm", "bwd"): 2,
+    ("add_rmsnorm", "fwd"): 2,
+    ("add_rmsnorm", "bwd"): 3,
+}
+
+
+def counted_read_bytes(mode: str, m: int, n: int, element_size: int, op: str = "rmsnorm") -> int:
+    """The part of counted_bytes that ``op`` reads in ``mode``."""
+    counted_bytes(mode, m, n, element_size, op)  # the same argument check
+    return TENSORS_READ[(op, mode)] * m * n * element_size
+
+
 def counted_bytes(mode: str, m: int, n: int, element_size: int, op: str = "rmsnorm") -> int:
     """Bytes ``op`` must move in ``mode`` ('fwd' or 'bwd') for an [M, N] input."""
     if (op, mode) not in TENSORS_MOVED:

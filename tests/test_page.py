@@ -94,6 +94,18 @@ def test_json_tables_tell_a_host_cost_grid_an_overhead_record_and_a_probe_apart(
                                     "rows": [{"backend": "triton", "mode": "fwd"}]}))  # fmt: skip
     (table,) = page.json_tables(overhead)
     assert "Host overhead at 512x2048 bf16" in table and "| triton | fwd |" in table
+    ncu = tmp_path / "ncu-bytes.json"
+    record = {"backend": "triton", "shape": "4096x4096", "dtype": "bf16", "mode": "fwd",
+              "op": "rmsnorm", "model_bytes": 67108864, "dram_read_bytes": 33572096.0,
+              "dram_write_bytes": 8879616.0, "kernels": 1, "ratio": 0.63}  # fmt: skip
+    ncu.write_text(json.dumps({"provenance": {}, "records": [record]}))
+    (table,) = page.json_tables(ncu)
+    assert "Writes are a floor" in table
+    # reads 33.57 MB against the model's 33.55 (x): 1.00; writes 8.88 of 33.55 reached DRAM
+    assert (
+        "| triton | 4096x4096 | bf16 | fwd | 1 | 33.57 | 33.55 | 1.00 | 8.88 | 33.55 | 0.63 |"
+        in table
+    )
     probe = tmp_path / "probe.json"
     probe.write_text(json.dumps({"gpu": "x", "rows": [{"shape": [1, 2]}]}))
     assert page.json_tables(probe) is None

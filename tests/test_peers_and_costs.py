@@ -391,9 +391,28 @@ def test_ncu_records_put_dram_beside_the_model():
     assert recs[0]["model_bytes"] == 2 * 4096 * 4096 * 2
     assert recs[0]["ratio"] == pytest.approx((33_619_968 + 33_554_432) / (2 * 4096 * 4096 * 2))
     assert recs[1]["error"] == "no kernel profiled for this call"
-    assert "DRAM / model" in report.ncu_table(recs)
+    # reads are the check (x once: 32 MiB); writes are what reached DRAM while the call ran
+    assert recs[0]["model_read_bytes"] == recs[0]["model_write_bytes"] == 4096 * 4096 * 2
+    assert recs[0]["read_ratio"] == pytest.approx(33_619_968 / (4096 * 4096 * 2))
+    assert (recs[1]["model_read_bytes"], recs[1]["model_write_bytes"]) == (
+        2 * 4096 * 4096 * 2, 4096 * 4096 * 2)  # fmt: skip
+    assert report.ncu_rows(recs)[0][5:11] == ["33.62", "33.55", "1.00", "33.55", "33.55", "1.00"]
+    assert "read / model" in report.ncu_table(recs)
     cmd = ncu_bytes.ncu_command("ncu", ["python3", "-m", "x"])
     assert "dram__bytes_read.sum,dram__bytes_write.sum" in cmd and "--profile-from-start" in cmd
+
+
+def test_add_backends_skip_the_head_views_everywhere():
+    """The qk-norm views have no residual add: compare and the ncu check skip add backends
+    there with one reason (layouts.case_skip_reason), and run them on rows."""
+    from harness.layouts import case_skip_reason
+    from impls import get_backend
+
+    view = shapes.parse_shape("4096x32x128/qkv6144")
+    add, plain = get_backend("triton-add"), get_backend("triton")
+    assert "no residual add" in case_skip_reason(add, view, torch.bfloat16, "cpu")
+    assert case_skip_reason(plain, view, torch.bfloat16, "cpu") is None
+    assert case_skip_reason(add, (64, 512), torch.bfloat16, "cpu") is None
 
 
 def test_route_of_names_what_f_rms_norm_ran():
