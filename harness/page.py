@@ -177,8 +177,9 @@ def versus_line(rows: list[dict], mode: str, timing: str, op: str) -> str:
 
 def json_tables(path: Path) -> list[str] | None:
     """The tables of a JSON the index names: a harness.host_cost grid (it has "bars"), a
-    harness.ncu_bytes file (records with the model's bytes) or a harness.overhead record (rows
-    per backend); None for any other JSON (listed only)."""
+    harness.ncu_bytes file (records with the model's bytes), a harness.first_call JSON or a
+    harness.overhead record (rows per backend and mode); None for any other JSON (listed
+    only)."""
     data = json.loads(path.read_text(encoding="utf-8"))
     if "bars" in data:
         return [host_cost_table(data)]
@@ -188,9 +189,26 @@ def json_tables(path: Path) -> list[str] | None:
 
         return [f"{NCU_NOTE}\n\n{_table(NCU_HEADERS, ncu_rows(records))}"]
     rows = data.get("rows") if isinstance(data, dict) else None
-    if rows and all("backend" in r for r in rows):
+    if rows and all("first_s" in r for r in rows):
+        return [first_call_table(rows)]
+    if rows and all("backend" in r and "mode" in r for r in rows):
         return [overhead_table(path)]
     return None
+
+
+def first_call_table(rows: list[dict]) -> str:
+    """A harness.first_call JSON: each shape's first call and a steady one, per cache state."""
+    mib = lambda b: _fmt(None if b is None else b / 2**20, ".1f")  # noqa: E731
+    body = [[f"{r['m']}x{r['n']}", r["dtype"].removeprefix("torch."), r["backend"], r["cache"],
+             _fmt(r.get("process_first_s"), ".2f"), _fmt(r.get("first_s"), ".3f"),
+             _fmt(None if r.get("steady_s") is None else 1e3 * r["steady_s"], ".3f"),
+             mib(r.get("first_extra_bytes")), mib(r.get("steady_extra_bytes"))]
+            for r in rows]  # fmt: skip
+    head = ("First calls (`python -m harness.first_call`): in a fresh process, a warm-up call "
+            "at another shape class (the process's first), then the shape's first "
+            "forward+backward and steady ones; memory above the inputs:\n\n")  # fmt: skip
+    return head + _table(["shape", "dtype", "backend", "caches", "process's first s",
+                          "shape's first s", "steady ms", "first MiB", "steady MiB"], body)  # fmt: skip
 
 
 def host_cost_table(data: dict) -> str:
