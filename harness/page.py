@@ -334,6 +334,8 @@ def build_pages(index: Path, out: Path, make_plots: bool = True) -> dict[Path, s
         lines += [f"![bandwidth, {e['run']}]({rel(p)})" for p in plot] + ([""] if plot else [])
         body = [f"`{rel(path, page_path)}`: {e['what']}. {_provenance_line(provenance, ceiling, None)}.",
                 "", *(f"![bandwidth, {e['run']}]({rel(p, page_path)})\n" for p in plot)]  # fmt: skip
+        body += [f"![{title}, {e['run']}]({rel(p, page_path)})\n"
+                 for title, p in _run_plots(path, rows, make_plots)]  # fmt: skip
         for op in report.ops_in(rows):
             for mode in ("fwd", "bwd"):
                 if not any(r["mode"] == mode and report.op_of(r) == op for r in rows):
@@ -349,6 +351,32 @@ def build_pages(index: Path, out: Path, make_plots: bool = True) -> dict[Path, s
         pages[page_path] = _run_page(e, i, body, page_path, out, command)
     pages[out] = "\n".join(lines).rstrip() + "\n"
     return pages
+
+
+#: A run's page plots bandwidth against N where its cases span at least this many widths.
+VS_N_MIN_WIDTHS = 3
+
+
+def _run_plots(path: Path, rows: list[dict], make_plots: bool) -> list[tuple[str, Path]]:
+    """(title, file) of a run page's own plots, drawn beside the run's file when missing
+    (make_plots): bandwidth against N per backend where the cases span VS_N_MIN_WIDTHS widths
+    or more, and first-call seconds where the run measured them (--costs first_call)."""
+    from harness import report
+
+    plots = []
+    if len({r["n"] for r in rows if "n" in r}) >= VS_N_MIN_WIDTHS:
+        plots.append(("bandwidth against N", path.with_name(f"bandwidth-vs-n-{path.stem}.png"),
+                      report.plot_vs_n))  # fmt: skip
+    if any(r.get("first_call_cold_s") is not None for r in rows):
+        plots.append(("first-call seconds", path.with_name(f"first-call-{path.stem}.png"),
+                      report.plot_first_call))  # fmt: skip
+    out = []
+    for title, plot_path, draw in plots:
+        if make_plots and not plot_path.exists():
+            draw(rows, str(plot_path))
+        if plot_path.exists():
+            out.append((title, plot_path))
+    return out
 
 
 GLOSSARY = (

@@ -115,3 +115,18 @@ def test_json_tables_tell_a_host_cost_grid_an_overhead_record_and_a_probe_apart(
     probe = tmp_path / "probe.json"
     probe.write_text(json.dumps({"gpu": "x", "rows": [{"shape": [1, 2]}]}))
     assert page.json_tables(probe) is None
+
+
+def test_run_pages_plot_bandwidth_against_n_where_the_widths_vary(tmp_path):
+    """A run of three widths or more gets a bandwidth-against-N plot beside its file; one of
+    fewer gets none; no first-call plot without first-call costs."""
+    pytest.importorskip("matplotlib")
+    rows = [{"backend": "triton", "op": "rmsnorm", "mode": "fwd", "timing": "device",
+             "status": "ok", "oracle_passed": True, "m": 64, "n": n, "gbps": 100.0 + n / 64}
+            for n in (1024, 2048, 4096)]  # fmt: skip
+    run = tmp_path / "run.jsonl"
+    ((title, plot),) = page._run_plots(run, rows, make_plots=True)
+    assert title == "bandwidth against N" and plot == tmp_path / "bandwidth-vs-n-run.png"
+    assert plot.stat().st_size > 0
+    assert page._run_plots(tmp_path / "two.jsonl", rows[:2], make_plots=True) == []
+    assert page._run_plots(tmp_path / "new.jsonl", rows, make_plots=False) == []  # not drawn
