@@ -23,10 +23,20 @@ def compile_case(case: dict):
     from impls.triton_rmsnorm.fp8 import BLOCK_GROUP
     from tests import sm90_compile
 
-    kernel = fp8_kernels.rmsnorm_fp8_fwd_kernel
     x, fp8 = case["x"], case["fp8"]
     pointers = {"X": x, "W": x, "Q": fp8, "SCALES": "fp32", "RSTD": "fp32", "R": x, "H": x,
                 "STATIC_SCALE": "fp32"}  # fmt: skip
+    options = {"num_warps": case["warps"], "num_stages": 3}
+    if case.get("looped"):  # the kernel for rows past the single tile (N a runtime int)
+        from impls.triton_rmsnorm.fp8 import FP8_LOOPED_CHUNK
+
+        constexprs = {"FP8_MAX": 448.0 if fp8 == "fp8e4nv" else 57344.0,
+                      "SCALING": case["scaling"], "GROUP": BLOCK_GROUP,
+                      "CHUNK": FP8_LOOPED_CHUNK, "HAS_RESIDUAL": case["residual"],
+                      "CAST_IN_KERNEL": True, "RECIPROCAL": case.get("reciprocal", False)}  # fmt: skip
+        return sm90_compile.compile_sm90(fp8_kernels.rmsnorm_fp8_fwd_looped_kernel, pointers,
+                                         constexprs, options)  # fmt: skip
+    kernel = fp8_kernels.rmsnorm_fp8_fwd_kernel
     block_n = triton.next_power_of_2(case["n"])
     if case["scaling"] == 2:
         block_n = max(block_n, BLOCK_GROUP)
@@ -37,7 +47,6 @@ def compile_case(case: dict):
                   "ROWS_CONTIGUOUS": True,
                   "RECIPROCAL": case.get("reciprocal", False),
                   "W_EARLY": case.get("w_early", False)}  # fmt: skip
-    options = {"num_warps": case["warps"], "num_stages": 3}
     return sm90_compile.compile_sm90(kernel, pointers, constexprs, options)
 
 

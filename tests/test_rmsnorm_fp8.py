@@ -12,7 +12,7 @@ import torch
 from harness.inputs import make_inputs
 from harness.oracle_fp8 import FLT_MIN, check_fp8
 from impls.triton_rmsnorm import rmsnorm, rmsnorm_fp8
-from impls.triton_rmsnorm.fp8 import BLOCK_GROUP, FP8_MAX_N, SCALE_ROW_ALIGN
+from impls.triton_rmsnorm.fp8 import BLOCK_GROUP, FP8_SINGLE_TILE_MAX_N, SCALE_ROW_ALIGN
 from impls.triton_rmsnorm.launch import next_power_of_2
 from tests import negative_controls_fp8 as wrong
 from tests.conftest import DEVICE
@@ -61,6 +61,54 @@ def test_matches_oracle(shape, scaling, fp8):
         assert s is scale
     _assert_passes(check_fp8(q, s, inp.x, inp.weight, EPS, scaling=scaling, fp8_dtype=dt,
                              static_scale=scale))  # fmt: skip
+
+
+#: Past the single tile: a last step of 200 columns (a part-filled block), and of a whole one.
+_WIDE_N = (FP8_SINGLE_TILE_MAX_N + 200, FP8_SINGLE_TILE_MAX_N + 4096)
+
+
+@pytest.mark.parametrize("reciprocal", [True, False], ids=["reciprocal", "divide"])
+@pytest.mark.parametrize("scaling", ["per_token", "per_tensor", "block"])
+@pytest.mark.parametrize("n", _WIDE_N)
+def test_rows_past_the_single_tile_match_the_oracle(n, scaling, reciprocal):
+    """Rows wider than the single tile are walked in steps (rmsnorm_fp8_fwd_looped_kernel):
+    every scaling within the fp8 oracle, both ways of applying the scale, and rstd the plain
+    op's (the backward reads it)."""
+    from impls.triton_rmsnorm.fp8 import rmsnorm_fp8_forward
+
+    inp = _inputs((3, n), seed=n)
+    scale = _static_scale(inp.x, inp.weight, E4) if scaling == "per_tensor" else None
+    q, s, rstd, _ = rmsnorm_fp8_forward(inp.x, inp.weight, EPS, 0.0, scaling, scale, E4,
+                                        reciprocal=reciprocal)  # fmt: skip
+    _assert_passes(check_fp8(q, s if scale is None else scale, inp.x, inp.weight, EPS,
+                             scaling=scaling, fp8_dtype=E4, static_scale=scale))  # fmt: skip
+    want = torch.rsqrt(inp.x.double().pow(2).mean(-1) + EPS)
+    assert torch.allclose(rstd.double(), want, rtol=1e-6)
+
+
+def test_wide_rows_with_residual_nan_and_saturation():
+    """The looped kernel's residual (h written, y normalizing the rounded h), a NaN row (NaN
+    scale and codes), a zero row (zeros), and a static scale that saturates."""
+    n = _WIDE_N[0]
+    inp = _inputs((4, n), seed=5, residual=True)
+    x = inp.x.clone()
+    x[1, 1234] = float("nan")
+    x[2] = 0
+    q, s, h = rmsnorm_fp8(x, inp.weight, EPS, residual=inp.residual, scaling="block")
+    # h as the plain op forms it (the interpreter truncates fp32 -> bf16; a GPU rounds)
+    plain_h = rmsnorm(x, inp.weight, EPS, residual=inp.residual)[1]
+    assert torch.equal(h[[0, 2, 3]], plain_h[[0, 2, 3]]) and torch.isnan(h[1, 1234])
+    _assert_passes(check_fp8(q[[0, 3]], s[[0, 3]], x[[0, 3]], inp.weight, EPS, scaling="block",
+                             fp8_dtype=E4, normalized=h[[0, 3]]))  # fmt: skip
+    assert torch.isnan(q[1].float()).all() and torch.isnan(s[1]).all()
+    q2, s2 = rmsnorm_fp8(torch.zeros(2, n, dtype=torch.bfloat16, device=DEVICE), inp.weight,
+                         EPS, scaling="per_token")  # fmt: skip
+    assert not q2.float().any() and torch.all(s2 == FLT_MIN)
+    scale = _static_scale(inp.x, inp.weight, E4, headroom=0.25)
+    q3, _ = rmsnorm_fp8(inp.x, inp.weight, EPS, scaling="per_tensor", scale=scale)
+    assert q3.float().abs().max() == torch.finfo(E4).max
+    _assert_passes(check_fp8(q3, scale, inp.x, inp.weight, EPS, scaling="per_tensor",
+                             fp8_dtype=E4, static_scale=scale))  # fmt: skip
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
@@ -187,9 +235,6 @@ def test_bad_arguments_name_themselves():
         rmsnorm_fp8(x, w, EPS, scaling="per_tensor", scale=torch.ones(2))
     with pytest.raises(ValueError, match="scale_layout"):
         rmsnorm_fp8(x, w, EPS, scaling="block", scale_layout="tma")
-    with pytest.raises(ValueError, match="N="):
-        big = torch.zeros(1, FP8_MAX_N + 1, dtype=torch.bfloat16, device=DEVICE)
-        rmsnorm_fp8(big, torch.ones(FP8_MAX_N + 1, device=DEVICE), EPS)
 
 
 # ---- the oracle itself ---------------------------------------------------------------------------
@@ -376,6 +421,26 @@ def test_reciprocal_kernel_divides_once_a_scale_on_sm90():
             assert recip["div.rn"] <= per_thread + 1, (case, recip)
         else:
             assert recip["div.rn"] < per_thread, (case, recip)
+
+
+def test_looped_kernel_compiles_for_sm90_with_the_single_tiles_conversions():
+    """The kernel for rows past the single tile, compiled for sm_90: one conversion per two
+    codes of a step (FP8_LOOPED_CHUNK columns over FP8_LOOPED_WARPS warps), the per-token
+    reciprocal dividing twice (the row's scale and its reciprocal), per block once a group."""
+    from impls.triton_rmsnorm.fp8 import FP8_LOOPED_CHUNK, FP8_LOOPED_WARPS
+    from tests import sm90_compile_fp8
+
+    cases = [{"looped": True, "scaling": sc, "warps": FP8_LOOPED_WARPS, "fp8": "fp8e4nv",
+              "x": "bf16", "residual": res, "reciprocal": True}
+             for sc in (0, 1, 2) for res in (False, True)]  # fmt: skip
+    found = sm90_compile_fp8.run(cases)
+    per_thread = FP8_LOOPED_CHUNK // (32 * FP8_LOOPED_WARPS)
+    for case, got in zip(cases, found, strict=True):
+        assert got["cvt e4m3x2"] == per_thread // 2, (case, got)
+        if case["scaling"] == 0:
+            assert got["div.rn"] == 2, (case, got)
+        if case["scaling"] == 2:
+            assert got["div.rn"] < per_thread, (case, got)
 
 
 @pytest.mark.parametrize("scaling", ["per_token", "per_tensor", "block"])

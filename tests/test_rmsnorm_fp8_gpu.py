@@ -34,7 +34,10 @@ def _scale(x, w, fp8_dtype, headroom):
 
 #: bf16 at every shape, fp16 at two (each case compiles the kernel twice).
 CASTS = [(torch.bfloat16, s) for s in SHAPES] + [(torch.float16, (64, 1000)),
-                                                  (torch.float16, (512, 4096))]  # fmt: skip
+                                                  (torch.float16, (512, 4096)),
+                                                  # past the single tile: the looped kernel
+                                                  (torch.bfloat16, (64, 32968)),
+                                                  (torch.float16, (16, 65536))]  # fmt: skip
 
 
 @pytest.mark.parametrize("fp8", list(FP8))

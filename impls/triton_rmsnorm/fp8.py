@@ -39,9 +39,14 @@ BLOCK_GROUP = 128
 SCALE_LAYOUTS = ("column_major", "row_major")
 #: Rows of column-major block scales are padded to this many (16 bytes of fp32: TMA's alignment).
 SCALE_ROW_ALIGN = 4
-#: Widest row the fp8 kernel takes: one tile holds a whole row (x, y and the codes in registers;
-#: no looped or split path yet).
-FP8_MAX_N = 32768
+#: Widest row the single-tile fp8 kernel takes (x, y and the codes in registers); wider rows
+#: are walked in FP8_LOOPED_CHUNK-column steps by one program each
+#: (fp8_kernels.rmsnorm_fp8_fwd_looped_kernel).
+FP8_SINGLE_TILE_MAX_N = 32768
+#: The looped kernel's step: a multiple of BLOCK_GROUP (each block's scale from one step).
+FP8_LOOPED_CHUNK = 4096
+#: The looped kernel's warps (not tuned: ~16 columns a thread a step).
+FP8_LOOPED_WARPS = 8
 
 #: The launch-configuration hook: (scaling, BLOCK_N, x's itemsize) -> {"BLOCK_M", "num_warps"},
 #: read before the heuristic. Empty: the committed decision table (another issue's) goes here.
@@ -102,8 +107,7 @@ def rmsnorm_fp8_forward(
     within the fp8 oracle; docs/perf-log.md); False divides exactly."""
     launch._check_runnable(x)
     m, n = x.shape
-    if n > FP8_MAX_N:
-        raise ValueError(f"x: rmsnorm_fp8 takes rows of up to {FP8_MAX_N} columns, got N={n}")
+    launch.check_hidden_size(n)
     interpreting = launch.interpreting()
     if cast_in_kernel is None:
         cast_in_kernel = not interpreting
@@ -118,15 +122,24 @@ def rmsnorm_fp8_forward(
         r_arg, h_arg = (x, x) if residual is None else (residual, h)
         s_arg = rstd if scales is None else scales
         s_strides = (s_arg.stride(0), s_arg.stride(1) if s_arg.dim() == 2 else 0)
+        common_args = (x, weight, q, s_arg, rstd, r_arg, h_arg, rstd if scale is None else scale,
+                       x.stride(0), q.stride(0), r_arg.stride(0), h_arg.stride(0), *s_strides)  # fmt: skip
+        if n > FP8_SINGLE_TILE_MAX_N:
+            with launch._on_device(x):
+                launch._launch_fixed(
+                    fp8_kernels.rmsnorm_fp8_fwd_looped_kernel, (m,), *common_args,
+                    m, n, eps, offset, num_warps=4 if interpreting else FP8_LOOPED_WARPS,
+                    FP8_MAX=FP8_MAX[fp8_dtype], SCALING=_SCALING_CODES[scaling],
+                    GROUP=BLOCK_GROUP, CHUNK=FP8_LOOPED_CHUNK, HAS_RESIDUAL=residual is not None,
+                    CAST_IN_KERNEL=cast_in_kernel, RECIPROCAL=reciprocal,
+                )  # fmt: skip
+            return _converted(q, fp8_dtype, cast_in_kernel), scales, rstd, h
         config = fp8_launch_config(n, scaling, x.element_size())
         block_m, block_n = config["BLOCK_M"], fp8_block_n(n, scaling)
         programs = launch.cdiv(m, block_m)
         with launch._on_device(x):
             launch._launch_fixed(
-                fp8_kernels.rmsnorm_fp8_fwd_kernel, (programs,),
-                x, weight, q, s_arg, rstd, r_arg, h_arg, rstd if scale is None else scale,
-                x.stride(0), q.stride(0), r_arg.stride(0), h_arg.stride(0), *s_strides,
-                m, n, eps, offset,
+                fp8_kernels.rmsnorm_fp8_fwd_kernel, (programs,), *common_args, m, n, eps, offset,
                 num_warps=4 if interpreting else config["num_warps"],
                 FP8_MAX=FP8_MAX[fp8_dtype], SCALING=_SCALING_CODES[scaling], GROUP=BLOCK_GROUP,
                 GROUPS=block_n // BLOCK_GROUP, BLOCK_M=block_m, BLOCK_N=block_n,
@@ -135,9 +148,13 @@ def rmsnorm_fp8_forward(
                 RECIPROCAL=reciprocal,
                 W_EARLY=common.loads_w_early(programs, x.device),
             )  # fmt: skip
-    if not cast_in_kernel:  # the interpreter's fp8 conversion is wrong: torch converts v
-        q = q.to(fp8_dtype)
-    return q, scales, rstd, h
+    return _converted(q, fp8_dtype, cast_in_kernel), scales, rstd, h
+
+
+def _converted(q: torch.Tensor, fp8_dtype: torch.dtype, cast_in_kernel: bool) -> torch.Tensor:
+    """q as fp8 codes: the kernel's own, or (the interpreter, whose fp8 conversion is wrong)
+    the saturated fp32 values it stored, converted by torch."""
+    return q if cast_in_kernel else q.to(fp8_dtype)
 
 
 def _dy_port(x: torch.Tensor) -> torch.Tensor:
@@ -276,7 +293,7 @@ def rmsnorm_fp8(
     flattened), in scale_layout ("column_major": strides (1, align(M, 4)), DeepGEMM's; or
     "row_major"). y = x / sqrt(mean(x^2) + eps) * (offset + w) in fp32, never rounded before
     the quantization; saturates at the format's max; NaN stays NaN. residual: h = x + r
-    (x's dtype) is returned and normalized. x: [..., N], N <= FP8_MAX_N, fp16/bf16/fp32.
+    (x's dtype) is returned and normalized. x: [..., N], fp16/bf16/fp32 (rows past FP8_SINGLE_TILE_MAX_N walked in steps).
     Differentiable in x, weight and residual through dy_port (see the module docstring).
     """
     validate_inputs(x, weight, eps, offset)

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from impls import Backend
-from impls.fp8_common import Fp8Unsupported
 
 from .backend import _unavailable, _unsupported
 
 
 def _build():
-    from .fp8 import FP8_MAX_N, rmsnorm_fp8
+    from .fp8 import rmsnorm_fp8
 
     def triton_rmsnorm_fp8(x, weight, eps, *, scaling, scale, residual, fp8_dtype):
-        if x.shape[-1] > FP8_MAX_N:
-            raise Fp8Unsupported(f"N={x.shape[-1]} > {FP8_MAX_N} (single-tile kernel only)")
         outs = rmsnorm_fp8(x, weight, eps, residual=residual, scaling=scaling, scale=scale,
                            fp8_dtype=fp8_dtype, grad_port=True)  # fmt: skip
         h = outs[2] if residual is not None else None

@@ -142,3 +142,103 @@ def rmsnorm_fp8_fwd_kernel(
     else:
         tl.store(q_ptrs, v, mask=mask)
     tl.store(RSTD + rows, rstd, mask=row_mask)
+
+
+@triton.jit
+def _fp8_source_chunk(X, R, x_row, r_row, c, mask, HAS_RESIDUAL: tl.constexpr, H_TY):
+    """A chunk of the normalized input in fp32: x, or h = x + r rounded to H's dtype (the
+    single-tile kernel's h), recomputed from x and r at each pass."""
+    x = tl.load(X + x_row + c, mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        r = tl.load(R + r_row + c, mask=mask, other=0.0)
+        x = (x.to(tl.float32) + r.to(tl.float32)).to(H_TY)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _saturated(v, FP8_MAX: tl.constexpr):
+    v = tl.where(v > FP8_MAX, FP8_MAX, v)
+    return tl.where(v < -FP8_MAX, -FP8_MAX, v)
+
+
+@triton.jit
+def rmsnorm_fp8_fwd_looped_kernel(
+    X, W, Q, SCALES, RSTD, R, H, STATIC_SCALE,
+    stride_x_row, stride_q_row, stride_r_row, stride_h_row, stride_s_row, stride_s_col,
+    M, N, eps, offset,
+    FP8_MAX: tl.constexpr,
+    SCALING: tl.constexpr,
+    GROUP: tl.constexpr,
+    CHUNK: tl.constexpr,  # columns a step, a multiple of GROUP
+    HAS_RESIDUAL: tl.constexpr,
+    CAST_IN_KERNEL: tl.constexpr,
+    RECIPROCAL: tl.constexpr = False,
+):  # fmt: skip
+    """rmsnorm_fp8_fwd_kernel's result for rows wider than one tile holds: one program a row,
+    the row walked in CHUNK-column steps. Pass 1 sums x^2 (and writes h); per token, pass 2
+    takes amax(|y|) (a maximum: the same scale as one tile's, in any order); the last pass
+    quantizes (per block, each GROUP's scale from its own step). x (and r) are read two or
+    three times, the later passes mostly from L2; q written once. The sum of squares runs in
+    chunk order (fp32, rounded once), not the single tile's order: no N has both kernels."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, CHUNK)
+    x_row = row * stride_x_row
+    r_row = row * stride_r_row
+    acc = tl.zeros([CHUNK], dtype=tl.float32)
+    for start in range(0, N, CHUNK):
+        c = start + cols
+        mask = c < N
+        x = _fp8_source_chunk(X, R, x_row, r_row, c, mask, HAS_RESIDUAL, H.dtype.element_ty)
+        if HAS_RESIDUAL:
+            tl.store(H + row * stride_h_row + c, x.to(H.dtype.element_ty), mask=mask)
+        acc += x * x
+    rstd = 1.0 / tl.sqrt_rn(tl.sum(acc, axis=0) / N + eps)
+    if SCALING == 0:
+        amax = tl.zeros([CHUNK], dtype=tl.float32)
+        for start in range(0, N, CHUNK):
+            c = start + cols
+            mask = c < N
+            x = _fp8_source_chunk(X, R, x_row, r_row, c, mask, HAS_RESIDUAL, H.dtype.element_ty)
+            w = tl.load(W + c, mask=mask, other=0.0).to(tl.float32) + offset
+            amax = _max_propagating_nan(amax, tl.abs(x * rstd * w))
+        scale = _dynamic_scale(tl.reduce(amax, 0, _max_propagating_nan), FP8_MAX)
+        tl.store(SCALES + row * stride_s_row, scale)
+        inverse = tl.math.div_rn(scale * 0.0 + 1.0, scale)
+    elif SCALING == 1:
+        scale = tl.load(STATIC_SCALE)
+        inverse = tl.math.div_rn(scale * 0.0 + 1.0, scale)
+    groups = tl.arange(0, CHUNK // GROUP)
+    for start in range(0, N, CHUNK):
+        c = start + cols
+        mask = c < N
+        x = _fp8_source_chunk(X, R, x_row, r_row, c, mask, HAS_RESIDUAL, H.dtype.element_ty)
+        w = tl.load(W + c, mask=mask, other=0.0).to(tl.float32) + offset
+        y = x * rstd * w
+        if SCALING == 2:
+            y2 = tl.reshape(y, [CHUNK // GROUP, GROUP])
+            block_scale = _dynamic_scale(tl.reduce(tl.abs(y2), 1, _max_propagating_nan), FP8_MAX)
+            group = start // GROUP + groups
+            tl.store(SCALES + row * stride_s_row + group * stride_s_col, block_scale,
+                     mask=group < (N + GROUP - 1) // GROUP)  # fmt: skip
+            if RECIPROCAL:
+                block_inverse = tl.math.div_rn(tl.full(block_scale.shape, 1.0, tl.float32),
+                                               block_scale)  # fmt: skip
+                v = tl.reshape(y2 * block_inverse[:, None], [CHUNK])
+            else:
+                v = tl.reshape(tl.math.div_rn(y2, block_scale[:, None]), [CHUNK])
+        elif SCALING == 0 and RECIPROCAL:  # a dynamic scale: 1 / scale finite, or NaN with it
+            v = y * inverse
+        elif RECIPROCAL:
+            if inverse < float("inf"):  # False for a static scale < 2**-126 (or inf, NaN)
+                v = y * inverse
+            else:
+                v = tl.math.div_rn(y, tl.full([CHUNK], 0.0, tl.float32) + scale)
+        else:
+            v = tl.math.div_rn(y, tl.full([CHUNK], 0.0, tl.float32) + scale)
+        v = _saturated(v, FP8_MAX)
+        q_ptrs = Q + row * stride_q_row + c
+        if CAST_IN_KERNEL:
+            tl.store(q_ptrs, v.to(Q.dtype.element_ty), mask=mask)
+        else:
+            tl.store(q_ptrs, v, mask=mask)
+    tl.store(RSTD + row, rstd)
