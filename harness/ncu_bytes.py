@@ -197,7 +197,8 @@ def measure_backend(backend, shapes: list[str], modes: list[str], dtype: str, nc
 
     modes = [m for m in modes if m == "fwd" or backend.has_backward]
     runnable = [s for s in shapes
-                if case_skip_reason(backend, parse_shape(s), DTYPES[dtype], "cuda") is None]  # fmt: skip
+                if case_skip_reason(backend, parse_shape(s), DTYPES[dtype], "cuda")
+                is None]  # fmt: skip
     plan_ = plan(backend.name, runnable, modes)
     if not plan_:
         return []

@@ -207,8 +207,9 @@ def first_call_table(rows: list[dict]) -> str:
     head = ("First calls (`python -m harness.first_call`): in a fresh process, a warm-up call "
             "at another shape class (the process's first), then the shape's first "
             "forward+backward and steady ones; memory above the inputs:\n\n")  # fmt: skip
-    return head + _table(["shape", "dtype", "backend", "caches", "process's first s",
-                          "shape's first s", "steady ms", "first MiB", "steady MiB"], body)  # fmt: skip
+    headers = ["shape", "dtype", "backend", "caches", "process's first s", "shape's first s",
+               "steady ms", "first MiB", "steady MiB"]  # fmt: skip
+    return head + _table(headers, body)
 
 
 def host_cost_table(data: dict) -> str:

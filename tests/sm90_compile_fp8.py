@@ -33,7 +33,8 @@ def compile_case(case: dict):
         constexprs = {"FP8_MAX": 448.0 if fp8 == "fp8e4nv" else 57344.0,
                       "SCALING": case["scaling"], "GROUP": BLOCK_GROUP,
                       "CHUNK": FP8_LOOPED_CHUNK, "HAS_RESIDUAL": case["residual"],
-                      "CAST_IN_KERNEL": True, "RECIPROCAL": case.get("reciprocal", False)}  # fmt: skip
+                      "CAST_IN_KERNEL": True,
+                      "RECIPROCAL": case.get("reciprocal", False)}  # fmt: skip
         return sm90_compile.compile_sm90(fp8_kernels.rmsnorm_fp8_fwd_looped_kernel, pointers,
                                          constexprs, options)  # fmt: skip
     kernel = fp8_kernels.rmsnorm_fp8_fwd_kernel

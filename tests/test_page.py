@@ -109,7 +109,8 @@ def test_json_tables_tell_a_host_cost_grid_an_overhead_record_and_a_probe_apart(
     first = tmp_path / "first-call.json"
     first.write_text(json.dumps({"rows": [{"m": 8, "n": 7168, "dtype": "bfloat16",
         "backend": "ours", "cache": "cold", "process_first_s": 3.466, "first_s": 0.654,
-        "steady_s": 0.000419, "first_extra_bytes": 2**20, "steady_extra_bytes": 2**20}]}))  # fmt: skip
+        "steady_s": 0.000419, "first_extra_bytes": 2**20,
+        "steady_extra_bytes": 2**20}]}))  # fmt: skip
     (table,) = page.json_tables(first)
     assert "| 8x7168 | bfloat16 | ours | cold | 3.47 | 0.654 | 0.419 | 1.0 | 1.0 |" in table
     probe = tmp_path / "probe.json"

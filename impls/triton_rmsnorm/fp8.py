@@ -122,8 +122,9 @@ def rmsnorm_fp8_forward(
         r_arg, h_arg = (x, x) if residual is None else (residual, h)
         s_arg = rstd if scales is None else scales
         s_strides = (s_arg.stride(0), s_arg.stride(1) if s_arg.dim() == 2 else 0)
-        common_args = (x, weight, q, s_arg, rstd, r_arg, h_arg, rstd if scale is None else scale,
-                       x.stride(0), q.stride(0), r_arg.stride(0), h_arg.stride(0), *s_strides)  # fmt: skip
+        static = rstd if scale is None else scale
+        common_args = (x, weight, q, s_arg, rstd, r_arg, h_arg, static, x.stride(0), q.stride(0),
+                       r_arg.stride(0), h_arg.stride(0), *s_strides)  # fmt: skip
         if n > FP8_SINGLE_TILE_MAX_N:
             with launch._on_device(x):
                 launch._launch_fixed(
@@ -293,7 +294,8 @@ def rmsnorm_fp8(
     flattened), in scale_layout ("column_major": strides (1, align(M, 4)), DeepGEMM's; or
     "row_major"). y = x / sqrt(mean(x^2) + eps) * (offset + w) in fp32, never rounded before
     the quantization; saturates at the format's max; NaN stays NaN. residual: h = x + r
-    (x's dtype) is returned and normalized. x: [..., N], fp16/bf16/fp32 (rows past FP8_SINGLE_TILE_MAX_N walked in steps).
+    (x's dtype) is returned and normalized. x: [..., N], fp16/bf16/fp32 (rows wider than
+    FP8_SINGLE_TILE_MAX_N are walked in steps).
     Differentiable in x, weight and residual through dy_port (see the module docstring).
     """
     validate_inputs(x, weight, eps, offset)
