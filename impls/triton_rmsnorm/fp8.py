@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from . import common, fp8_kernels, launch
+from . import common, dispatch, fp8_kernels, fp8_table, launch
 from .function import _needs_grad, _rows, _shaped, _validate_residual, validate_inputs
 
 SCALINGS = ("per_token", "per_tensor", "block")
@@ -48,8 +48,8 @@ FP8_LOOPED_CHUNK = 4096
 #: The looped kernel's warps (not tuned: ~16 columns a thread a step).
 FP8_LOOPED_WARPS = 8
 
-#: The launch-configuration hook: (scaling, BLOCK_N, x's itemsize) -> {"BLOCK_M", "num_warps"},
-#: read before the heuristic. Empty: the committed decision table (another issue's) goes here.
+#: Configurations set in this process: (scaling, BLOCK_N, x's itemsize) -> {"BLOCK_M",
+#: "num_warps"}, read before the GPU's committed launch table (fp8_table.py).
 FP8_LAUNCH_TABLE: dict[tuple[str, int, int], dict] = {}
 
 
@@ -59,13 +59,26 @@ def fp8_block_n(n: int, scaling: str) -> int:
     return max(block_n, BLOCK_GROUP) if scaling == "block" else block_n
 
 
-def fp8_launch_config(n: int, scaling: str, itemsize: int) -> dict:
-    """BLOCK_M and num_warps for a row of n columns: the table's entry, else the plain
-    single-tile forward's heuristic (about TILE_TARGET elements a tile, ~256 a warp)."""
+def fp8_launch_config(
+    n: int, scaling: str, itemsize: int, device: torch.device | None = None
+) -> dict:
+    """BLOCK_M and num_warps for a row of n columns: FP8_LAUNCH_TABLE's entry, else the launch
+    table of device's GPU class (fp8_table.py; a CUDA device), else the plain single-tile
+    forward's heuristic (about TILE_TARGET elements a tile, ~256 a warp)."""
     block_n = fp8_block_n(n, scaling)
-    entry = FP8_LAUNCH_TABLE.get((scaling, block_n, itemsize))
+    key = (scaling, block_n, itemsize)
+    entry = FP8_LAUNCH_TABLE.get(key)
     if entry is not None:
         return dict(entry)
+    if device is not None and device.type == "cuda" and not launch.interpreting():
+        tabled = fp8_table.committed(dispatch._device_name(device.index or 0)).get(key)
+        if tabled is not None:
+            return tabled.config
+    return heuristic_fp8_launch_config(block_n)
+
+
+def heuristic_fp8_launch_config(block_n: int) -> dict:
+    """The plain single-tile forward's heuristic for a tile of block_n columns."""
     block_m = launch.rows_per_tile("rmsnorm_fwd_kernel", block_n)
     return {"BLOCK_M": block_m, "num_warps": launch.heuristic_num_warps(block_m * block_n)}
 
@@ -135,7 +148,7 @@ def rmsnorm_fp8_forward(
                     CAST_IN_KERNEL=cast_in_kernel, RECIPROCAL=reciprocal,
                 )  # fmt: skip
             return _converted(q, fp8_dtype, cast_in_kernel), scales, rstd, h
-        config = fp8_launch_config(n, scaling, x.element_size())
+        config = fp8_launch_config(n, scaling, x.element_size(), x.device)
         block_m, block_n = config["BLOCK_M"], fp8_block_n(n, scaling)
         programs = launch.cdiv(m, block_m)
         with launch._on_device(x):

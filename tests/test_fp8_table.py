@@ -1,0 +1,97 @@
+"""rmsnorm_fp8's launch table (fp8_table.py) and its offline tuner's candidates (fp8_tune.py),
+on the CPU: the file's format, the lookup order (this process's entries, the GPU class's table,
+the heuristic), a broken file reported and skipped, the candidates' bounds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from impls.triton_rmsnorm import dispatch, fp8, fp8_table, fp8_tune
+from tests.conftest import ON_GPU
+
+
+def _entry(scaling="block", block_n=4096, block_m=2, warps=8):
+    return fp8_table.Fp8Entry(scaling, block_n, 2, block_m, warps, (4096, block_n), 12.5)
+
+
+def test_a_table_saves_sorted_and_loads_back(tmp_path):
+    path = tmp_path / "fp8" / "gpu.json"
+    entries = [_entry("per_token", 8192), _entry("block", 4096), _entry("block", 128, 16, 4)]
+    fp8_table.save(path, "NVIDIA H200", entries, {"date": "2026-12-02"})
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[0] + "]}")["format"] == fp8_table.FORMAT
+    assert [json.loads(line.rstrip(","))["block_n"] for line in lines[1:-1]] == [128, 4096, 8192]
+    loaded = fp8_table.load(path)
+    assert loaded == {e.key: e for e in entries}
+    assert loaded[("block", 4096, 2)].config == {"BLOCK_M": 2, "num_warps": 8}
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [("{", "not JSON"), ('{"format": "other"}', "expected format"),
+     ('{"format": "rmsnorm-fp8-launch-table/1", "entries": [{"scaling": "block"}]}', "lacks"),
+     ('{"format": "rmsnorm-fp8-launch-table/1", "entries": [{"scaling": "x", "block_n": 128, '
+      '"itemsize": 2, "BLOCK_M": 1, "num_warps": 4, "measured_at": [1, 128], "us": 1}]}',
+      "scaling expected"),
+     ('{"format": "rmsnorm-fp8-launch-table/1", "entries": [{"scaling": "block", "block_n": 100, '
+      '"itemsize": 2, "BLOCK_M": 1, "num_warps": 4, "measured_at": [1, 128], "us": 1}]}',
+      "block_n expected a power of two")],
+)  # fmt: skip
+def test_a_broken_table_names_its_file_and_the_problem(tmp_path, text, match):
+    path = tmp_path / "broken.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=match) as error:
+        fp8_table.load(path)
+    assert str(path) in str(error.value)
+
+
+@pytest.fixture
+def on_a_tabled_gpu(monkeypatch, tmp_path):
+    """fp8_launch_config as on a CUDA GPU whose class has a table in tmp_path."""
+    name = f"Test GPU {tmp_path.name}"  # committed() caches per name: one of its own
+    monkeypatch.setattr(fp8_table, "FP8_TABLES_DIR", tmp_path)
+    monkeypatch.setattr(fp8.launch, "interpreting", lambda: False)
+    monkeypatch.setattr(dispatch, "_device_name", lambda index: name)
+    return fp8_table.committed_path(name)
+
+
+def test_the_lookup_takes_this_process_then_the_gpu_class_then_the_heuristic(on_a_tabled_gpu):
+    fp8_table.save(on_a_tabled_gpu, "Test GPU", [_entry("block", 4096, 4, 16)], {})
+    cuda = torch.device("cuda", 0)
+    assert fp8.fp8_launch_config(4000, "block", 2, cuda) == {"BLOCK_M": 4, "num_warps": 16}
+    heuristic = fp8.heuristic_fp8_launch_config(4096)
+    assert fp8.fp8_launch_config(4000, "per_token", 2, cuda) == heuristic  # no entry
+    assert fp8.fp8_launch_config(4000, "block", 2, torch.device("cpu")) == heuristic
+    fp8.FP8_LAUNCH_TABLE[("block", 4096, 2)] = {"BLOCK_M": 1, "num_warps": 8}
+    try:
+        assert fp8.fp8_launch_config(4000, "block", 2, cuda) == {"BLOCK_M": 1, "num_warps": 8}
+    finally:
+        del fp8.FP8_LAUNCH_TABLE[("block", 4096, 2)]
+
+
+def test_a_broken_committed_table_is_reported_and_the_heuristic_serves(on_a_tabled_gpu):
+    on_a_tabled_gpu.write_text("{")
+    with pytest.warns(RuntimeWarning, match="launch table skipped"):
+        got = fp8.fp8_launch_config(2048, "block", 2, torch.device("cuda", 0))
+    assert got == fp8.heuristic_fp8_launch_config(2048)
+
+
+@pytest.mark.parametrize("block_n", fp8_tune.BLOCK_NS)
+def test_the_tuners_candidates_stay_in_their_bounds(block_n):
+    low, high = fp8_tune.ELEMENTS_PER_THREAD
+    smallest, largest = fp8_tune.TILE_ELEMENTS
+    found = fp8_tune.candidates(block_n)
+    assert found
+    for c in found:
+        tile = c["BLOCK_M"] * block_n
+        assert tile <= max(largest, block_n) and (tile >= smallest or c["BLOCK_M"] == 1)
+        assert low <= tile // (32 * c["num_warps"]) <= high
+
+
+@pytest.mark.skipif(ON_GPU, reason="CPU only: on a GPU this would tune and write the table")
+def test_the_tuner_needs_a_gpu(capsys):
+    assert fp8_tune.main([]) == 1
+    assert "CUDA" in capsys.readouterr().err
