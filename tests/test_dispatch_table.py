@@ -95,9 +95,13 @@ def test_bad_tables_are_rejected_with_the_file_named(tmp_path, text, message):
 
 def test_committed_tables_are_package_data():
     pyproject = (dispatch_table.TABLES_DIR.parents[2] / "pyproject.toml").read_text()
-    assert '"impls.triton_rmsnorm" = ["tables/*.json"]' in pyproject
+    assert '"impls.triton_rmsnorm" = ["tables/*.json", "tables/fp8/*.json"]' in pyproject
     for path in dispatch_table.TABLES_DIR.glob("*.json"):
         Table.load(path)  # every committed table parses
+    from impls.triton_rmsnorm import fp8_table
+
+    for path in fp8_table.FP8_TABLES_DIR.glob("*.json"):
+        fp8_table.load(path)  # and every fp8 launch table
 
 
 def test_path_names():

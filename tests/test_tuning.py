@@ -72,7 +72,7 @@ def test_set_count_follows_the_touched_bytes_the_l2_and_the_caps():
 
 
 @pytest.mark.parametrize(
-    "kernel_name", [name for name in launch._TUNED_KERNELS if name in launch._PRUNE]
+    "kernel_name", [name for name, kernel in launch.KERNELS.items() if kernel.prune is not None]
 )
 def test_candidates_carry_the_keywords_a_launch_takes(kernel_name):
     """What the tuner tries (CPU-checkable: plain Python) is never empty and sets exactly the

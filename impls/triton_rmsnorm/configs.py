@@ -4,6 +4,7 @@ that a table's configuration is in the space. No launches here (kernel_launch.py
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
@@ -13,7 +14,7 @@ from . import common, dispatch, kernels
 from .common import WIDE_BLOCK_N, cdiv, next_power_of_2
 
 NUM_WARPS_CHOICES = (1, 2, 4, 8, 16, 32)
-#: Stages of the kernels with loops (each sets LOOP_STAGES, see _PIPELINED_LOOPS). Triton's
+#: Stages of the kernels with loops (each sets LOOP_STAGES: TunedKernel.pipelined). Triton's
 #: pipeliner keeps S - 2 later steps' loads in flight while a step computes: at 2 stages it
 #: issues the next step's loads after the current step's stores, no overlap (compiled on Triton
 #: 3.6 and 3.9), so 2 is not tried.
@@ -22,45 +23,18 @@ ROWS_PER_TILE_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 #: Rows per program (BLOCK_M) of the single-tile kernels: the tile holds about this many elements
 #: (tuning tries this and twice this), so narrow rows are taken several at a time; rows of
-#: TILE_TARGET or more elements go one per tile. Per-thread element counts outside a range keep
-#: the autotuner from compiling configs that only spill or idle.
-TILE_TARGET = {
-    "rmsnorm_fwd_kernel": 4096,
-    "rmsnorm_fwd_shifted_kernel": 4096,
-    "rmsnorm_bwd_kernel": 4096,
-    "rmsnorm_bwd_shifted_kernel": 4096,
-    "rmsnorm_bwd_two_role_kernel": 4096,
-}
-_ELEMENTS_PER_THREAD = {
-    "rmsnorm_fwd_kernel": (4, 64),
-    "rmsnorm_fwd_shifted_kernel": (4, 64),
-    "rmsnorm_bwd_kernel": (8, 32),
-    "rmsnorm_bwd_shifted_kernel": (8, 32),
-    "rmsnorm_bwd_two_role_kernel": (8, 32),
-}
-#: The single-tile backward kernels: rows that start on 16 bytes, rows that do not, and the
-#: two-role kernel's row programs.
-_BACKWARD_TILE_KERNELS = (
-    "rmsnorm_bwd_kernel",
-    "rmsnorm_bwd_shifted_kernel",
-    "rmsnorm_bwd_two_role_kernel",
-)
+#: TILE_TARGET or more elements go one per tile.
+TILE_TARGET = 4096
 #: The largest tile a single-tile program holds: [BLOCK_M, BLOCK_N] elements.
 MAX_TILE = 65536
 
 
 def rows_per_tile(kernel_name: str, block_n: int) -> int:
-    """The heuristic BLOCK_M: whole rows per tile, about TILE_TARGET elements (at least 1 row,
-    at most the largest tuning choice)."""
-    return max(1, min(ROWS_PER_TILE_CHOICES[-2], TILE_TARGET[kernel_name] // block_n))
-
-
-#: Kernels without a loop compile to the same code for every num_stages: tuned over warps only.
-_LOOP_FREE = {
-    "rmsnorm_fwd_split_sumsq_kernel",
-    "rmsnorm_fwd_split_scale_kernel",
-    "rmsnorm_bwd_split_dot_kernel",
-}
+    """The heuristic BLOCK_M of a single-tile kernel: whole rows per tile, about TILE_TARGET
+    elements (at least 1 row, at most the largest tuning choice)."""
+    if not KERNELS[kernel_name].tiles:
+        raise ValueError(f"kernel_name: {kernel_name} takes no tiles of rows")
+    return max(1, min(ROWS_PER_TILE_CHOICES[-2], TILE_TARGET // block_n))
 
 
 #: Programs per SM of the persistent looped forward (its grid): fewer rows in flight leave
@@ -83,34 +57,14 @@ FORWARD_GRID_CHOICES = ((0, 1), *((p, s) for p in (1, 2, 4) for s in (3, 4)))
 SHIFTED_FORWARD_GRID_CHOICES = ((4, 1), *((p, s) for p in (1, 2, 4) for s in (3, 4)))
 
 
-#: Kernels whose loops are software-pipelined through a LOOP_STAGES constexpr (tl.range's
-#: num_stages: Triton leaves a loop without dot products unpipelined whatever the launch's
-#: num_stages). LOOP_STAGES follows the config's num_stages; without tuning it is 1.
-_PIPELINED_LOOPS = {
-    "rmsnorm_fwd_kernel",
-    "rmsnorm_fwd_shifted_kernel",
-    "rmsnorm_bwd_kernel",
-    "rmsnorm_bwd_shifted_kernel",
-    "rmsnorm_bwd_two_role_kernel",
-    "rmsnorm_fwd_looped_kernel",
-    "rmsnorm_bwd_row_dot_kernel",
-    "rmsnorm_bwd_columns_kernel",
-}
-
-
 def _loop_stages(kernel_name: str, stages: int) -> dict:
-    return {"LOOP_STAGES": stages} if kernel_name in _PIPELINED_LOOPS else {}
-
-
-#: The single-tile forwards' grid choices, (PROGRAMS_PER_SM, LOOP_STAGES) each.
-_FORWARD_GRIDS = {
-    "rmsnorm_fwd_kernel": FORWARD_GRID_CHOICES,
-    "rmsnorm_fwd_shifted_kernel": SHIFTED_FORWARD_GRID_CHOICES,
-}
+    return {"LOOP_STAGES": stages} if KERNELS[kernel_name].pipelined else {}
 
 
 def _configs(kernel_name: str) -> list[triton.Config]:
-    if kernel_name in _FORWARD_GRIDS:
+    """The kernel's configuration space (TunedKernel: its grids or metas, warps, stages)."""
+    kernel = KERNELS[kernel_name]
+    if kernel.grids:
         return [
             triton.Config(
                 {"BLOCK_M": m, "PROGRAMS_PER_SM": p, **_loop_stages(kernel_name, st)},
@@ -119,19 +73,10 @@ def _configs(kernel_name: str) -> list[triton.Config]:
             )
             for m in ROWS_PER_TILE_CHOICES
             for warps in NUM_WARPS_CHOICES
-            for p, st in _FORWARD_GRIDS[kernel_name]
+            for p, st in kernel.grids
         ]
-    stages = (1,) if kernel_name in _LOOP_FREE else NUM_STAGES_CHOICES
-    if kernel_name in TILE_TARGET:
-        metas = [{"BLOCK_M": m} for m in ROWS_PER_TILE_CHOICES]
-    elif kernel_name == "rmsnorm_fwd_looped_kernel":
-        metas = [
-            {"PROGRAMS_PER_SM": p, "BLOCK_N": chunk}
-            for p in PROGRAMS_PER_SM_CHOICES
-            for chunk in LOOPED_FORWARD_CHUNKS
-        ]
-    else:
-        metas = [{}]
+    stages = NUM_STAGES_CHOICES if kernel.pipelined else (1,)
+    metas = [{"BLOCK_M": m} for m in ROWS_PER_TILE_CHOICES] if kernel.tiles else kernel.metas
     return [
         triton.Config({**meta, **_loop_stages(kernel_name, st)}, num_warps=warps, num_stages=st)
         for meta in metas
@@ -151,16 +96,16 @@ def _prune_tiles(kernel_name: str):
     narrow shapes: docs/design.md, Forward), drops 2h when it would leave
     fewer than 2 programs per SM, and drops persistent grids that would give no program a
     second tile (the same launch as one program per tile, with a pipeline that never fills)."""
-    low, high = _ELEMENTS_PER_THREAD[kernel_name]
 
     def prune(configs, named_args, **kwargs):
+        low, high = KERNELS[kernel_name].elements_per_thread
         block_n = kwargs["BLOCK_N"]
         inputs = 2 if kwargs.get("HAS_RESIDUAL") else 1
         h = rows_per_tile(kernel_name, block_n)
         candidates = {h}
         if 2 * h * block_n <= MAX_TILE:
             candidates.add(2 * h)
-        if kernel_name in _BACKWARD_TILE_KERNELS:  # no taller tile than a program's rows
+        if "rows_per_program" in named_args:  # a backward's: no taller tile than its rows
             rows = next_power_of_2(named_args["rows_per_program"])
             candidates = {min(c, rows) for c in candidates}
         if kernel_name == "rmsnorm_fwd_kernel":
@@ -266,43 +211,75 @@ def _prune_warps(configs, named_args, **kwargs):
     return kept or [max(configs, key=lambda c: c.num_warps)]
 
 
-#: The kernels launched through _launch, tuned per key: the kernel, the dtypes of its varying
-#: tensors, its constexpr switches (each variant gets its own config), N and, for the kernels
-#: that take it, ROWS_BUCKET (M's bit length: a config tuned at one M can run far slower at
-#: another, docs/design.md, Dispatch), and the device.
-_TUNED_KERNELS = (
-    "rmsnorm_fwd_kernel",
-    "rmsnorm_fwd_shifted_kernel",
-    "rmsnorm_fwd_looped_kernel",
-    "rmsnorm_bwd_kernel",
-    "rmsnorm_bwd_shifted_kernel",
-    "rmsnorm_bwd_two_role_kernel",
-    "rmsnorm_bwd_columns_kernel",
-    "rmsnorm_bwd_row_dot_kernel",
-    "rmsnorm_fwd_split_sumsq_kernel",
-    "rmsnorm_fwd_split_scale_kernel",
-    "rmsnorm_bwd_split_dot_kernel",
-)
+@dataclasses.dataclass(frozen=True)
+class TunedKernel:
+    """A kernel launched through kernel_launch._launch (kernels.py): what its configurations
+    are made of, how a launch prunes them, and what its tuning is keyed on. A kernel joins
+    the tuner, the heuristic and the table check by an entry in KERNELS.
+
+    tiles: a single-tile kernel, BLOCK_M rows a tile (rows_per_tile: about TILE_TARGET
+    elements), pruned to elements_per_thread a thread; grids: a single-tile forward's grids
+    (PROGRAMS_PER_SM, LOOP_STAGES), which its launch's grid function reads; metas: the other
+    kernels' launch keywords besides warps and stages; pipelined: its loops take LOOP_STAGES
+    (tl.range's num_stages: Triton leaves a loop without dot products unpipelined whatever the
+    launch's num_stages; it follows the config's num_stages, 1 without tuning), where a kernel
+    without a loop compiles the same code at every num_stages and is tuned over warps only;
+    prune: the launch's pruning of the space (None: every configuration is tried).
+    The tuning key: the kernel, the dtypes of its varying tensors, its constexpr switches
+    (each variant gets its own config), N and, for the kernels that take it, ROWS_BUCKET (M's
+    bit length: a config tuned at one M can run far slower at another, docs/design.md,
+    Dispatch), and the device."""
+
+    name: str
+    tiles: bool = False
+    elements_per_thread: tuple[int, int] | None = None
+    grids: tuple[tuple[int, int], ...] = ()
+    metas: tuple[dict, ...] = ({},)
+    pipelined: bool = True
+    prune: object = None  # (configs, named_args, **constexprs) -> configs
 
 
-#: Each tuned kernel's pruning of its configuration space (the rest keep every config).
-_PRUNE = {
-    "rmsnorm_fwd_kernel": _prune_tiles("rmsnorm_fwd_kernel"),
-    "rmsnorm_fwd_shifted_kernel": _prune_shifted_forward,
-    "rmsnorm_bwd_kernel": _prune_tiles("rmsnorm_bwd_kernel"),
-    "rmsnorm_bwd_shifted_kernel": _prune_tiles("rmsnorm_bwd_shifted_kernel"),
-    "rmsnorm_bwd_two_role_kernel": _prune_tiles("rmsnorm_bwd_two_role_kernel"),
-    "rmsnorm_fwd_looped_kernel": _prune_looped_forward,
-    "rmsnorm_fwd_split_sumsq_kernel": _prune_warps,
-    "rmsnorm_fwd_split_scale_kernel": _prune_warps,
-    "rmsnorm_bwd_split_dot_kernel": _prune_warps,
+def _tile_kernel(name: str, elements_per_thread: tuple[int, int], **fields) -> TunedKernel:
+    return TunedKernel(name, tiles=True, elements_per_thread=elements_per_thread,
+                       prune=fields.pop("prune", None) or _prune_tiles(name), **fields)  # fmt: skip
+
+
+#: Every tuned kernel, by name.
+KERNELS: dict[str, TunedKernel] = {
+    k.name: k
+    for k in (
+        _tile_kernel("rmsnorm_fwd_kernel", (4, 64), grids=FORWARD_GRID_CHOICES),
+        _tile_kernel(
+            "rmsnorm_fwd_shifted_kernel",
+            (4, 64),
+            grids=SHIFTED_FORWARD_GRID_CHOICES,
+            prune=_prune_shifted_forward,
+        ),  # fmt: skip
+        TunedKernel(
+            "rmsnorm_fwd_looped_kernel",
+            prune=_prune_looped_forward,
+            metas=tuple(
+                {"PROGRAMS_PER_SM": p, "BLOCK_N": chunk}
+                for p in PROGRAMS_PER_SM_CHOICES
+                for chunk in LOOPED_FORWARD_CHUNKS
+            ),
+        ),  # fmt: skip
+        _tile_kernel("rmsnorm_bwd_kernel", (8, 32)),
+        _tile_kernel("rmsnorm_bwd_shifted_kernel", (8, 32)),
+        _tile_kernel("rmsnorm_bwd_two_role_kernel", (8, 32)),
+        TunedKernel("rmsnorm_bwd_columns_kernel"),
+        TunedKernel("rmsnorm_bwd_row_dot_kernel"),
+        TunedKernel("rmsnorm_fwd_split_sumsq_kernel", pipelined=False, prune=_prune_warps),
+        TunedKernel("rmsnorm_fwd_split_scale_kernel", pipelined=False, prune=_prune_warps),
+        TunedKernel("rmsnorm_bwd_split_dot_kernel", pipelined=False, prune=_prune_warps),
+    )
 }
 
 
 def _candidates(kernel_name: str, args: tuple, constexprs: dict) -> list[dict]:
     """The configurations tried for this launch, as launch keywords."""
     configs = _configs(kernel_name)
-    prune = _PRUNE.get(kernel_name)
+    prune = KERNELS[kernel_name].prune
     if prune is not None:
         named_args = dict(zip(getattr(kernels, kernel_name).arg_names, args, strict=False))
         configs = prune(configs, named_args, **constexprs)
@@ -351,7 +328,7 @@ def _kernel_grid_and_meta(kernel_name: str, grid, meta: dict) -> tuple:
     """(grid, launch keywords) for the kernel. The single-tile forwards' PROGRAMS_PER_SM is read
     by their grid functions and reaches the plain kernel only as PERSISTENT (PROGRAMS_PER_SM >
     0), the shifted one not at all; every other kernel launches its configuration as it is."""
-    if kernel_name not in _FORWARD_GRIDS:
+    if not KERNELS[kernel_name].grids:
         return grid, meta
     grid = grid(meta) if callable(grid) else grid
     kernel_meta = {k: v for k, v in meta.items() if k != "PROGRAMS_PER_SM"}
@@ -369,7 +346,7 @@ def _heuristic_config(kernel_name: str, block_n: int) -> dict:
     """The launch configuration without autotuning: BLOCK_M by rows_per_tile, ~256 elements per
     warp, no software pipelining of a row loop (LOOP_STAGES 1)."""
     config = {}
-    if kernel_name in TILE_TARGET:
+    if KERNELS[kernel_name].tiles:
         config["BLOCK_M"] = rows_per_tile(kernel_name, block_n)
     if kernel_name == "rmsnorm_fwd_looped_kernel":
         config["PROGRAMS_PER_SM"] = HEURISTIC_PROGRAMS_PER_SM

@@ -13,7 +13,7 @@ import triton
 from . import common, direct, dispatch, kernels, tuning
 from .common import _INTERPRETING
 from .configs import (
-    _TUNED_KERNELS,
+    KERNELS,
     TRITON_DEFAULT_STAGES,
     _candidates,
     _heuristic_config,
@@ -183,5 +183,5 @@ _KEY_POSITIONS = {
         for k in ("N", "ROWS_BUCKET")
         if k in getattr(kernels, name).arg_names
     )
-    for name in _TUNED_KERNELS
+    for name in KERNELS
 }

@@ -92,9 +92,8 @@ from .common import (  # noqa: F401
     two_level_switches,
 )
 from .configs import (  # noqa: F401
-    _PRUNE,
-    _TUNED_KERNELS,
     FORWARD_GRID_CHOICES,
+    KERNELS,
     LOOPED_FORWARD_CHUNKS,
     MAX_TILE,
     NUM_STAGES_CHOICES,
