@@ -138,7 +138,7 @@ def _diagnosing(fastest):
                    if getattr(c, "func", None) is launch._backward_held_group]  # fmt: skip
         if args[1].shape[1] == WIDTH:
             for path in grouped:  # each configuration of the grouped backward (two since v28)
-                print(f"    configuration {path.keywords['config']}", flush=True)
+                print(f"    configuration {path.settings['config']}", flush=True)
                 try:
                     _diagnose(path, args)
                 except Exception as error:  # the probe's own failure: report it, go on

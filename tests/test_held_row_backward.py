@@ -10,6 +10,7 @@ import torch
 
 from harness.inputs import make_inputs
 from impls.triton_rmsnorm import backward_launch, common, dispatch, held_launch, held_paths, launch
+from impls.triton_rmsnorm.paths import Path
 from tests import sm90_compile
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
@@ -98,7 +99,7 @@ def test_backward_offers_it_beside_the_wide_path(monkeypatch):
         launch._backward_wide,
         *launch._HELD_ROW_BACKWARDS,
     ]
-    assert [p.keywords["warps"] for p in launch._HELD_ROW_BACKWARDS] == [16, 32]
+    assert [p.settings["warps"] for p in launch._HELD_ROW_BACKWARDS] == [16, 32]
     assert launch._backward_paths(x[:, :1024], x[:, :1024], x[0, :1024], None) == [
         launch._backward_single_tile
     ]
@@ -618,6 +619,7 @@ def test_an_optional_path_that_fails_is_left_out(monkeypatch):
         return paths[0]
 
     monkeypatch.setattr(launch.tuning, "fastest", fastest)
+    default_path, broken_path = Path(default, "default"), Path(broken, "broken")
     with pytest.warns(RuntimeWarning, match="broken path failed at its first call"):
-        assert launch._fastest([default, broken], ()) is default
-    assert ran == ["default"] and measured == [[default]]
+        assert launch._fastest([default_path, broken_path], ()) is default_path
+    assert ran == ["default"] and measured == [[default_path]]

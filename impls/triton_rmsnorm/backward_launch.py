@@ -20,6 +20,7 @@ from .common import (
     two_level_switches,
 )
 from .kernel_launch import _launch_fixed
+from .paths import path
 
 #: Widest row the single-tile backward takes. Above it, its per-program fp32 dw accumulator plus
 #: x, dy and g per row spill (docs/design.md, Backward).
@@ -92,6 +93,7 @@ def dw_reduce_tile(rows: int, n: int, device: torch.device) -> tuple[int, int, i
     return block_rows, block_n, DW_REDUCE_FEW_ROWS_NARROW_WARPS
 
 
+@path("single_tile")
 def _backward_single_tile(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool, dw):
     """x [M, N], or [outer, heads, N] read in two levels (common.two_level_switches: the plain
     kernel, backward_row_period being 1 there)."""
@@ -144,6 +146,7 @@ def two_role_column_tile(block_n: int) -> tuple[int, int, int]:
     return TWO_ROLE_COLUMN_TILES[max(block_n, min(TWO_ROLE_COLUMN_TILES))]
 
 
+@path("two_role")
 def _backward_two_role(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool, dw):
     """dx and dw in one launch (kernels.rmsnorm_bwd_two_role_kernel): the single tile's row
     programs without their dw partials, and a column program per COL_BLOCK columns."""
@@ -216,6 +219,7 @@ def _single_tile_backward_args(
     )  # fmt: skip
 
 
+@path("wide")
 def _backward_wide(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool, dw) -> None:
     """Two steps: each row's mean(g * x_hat) (split across programs when rows are fewer
     than SMs), then column blocks x row groups for dx and the dw partials."""

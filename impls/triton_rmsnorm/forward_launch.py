@@ -17,6 +17,7 @@ from .common import (
     two_level_switches,
 )
 from .configs import _tile_programs, one_row_tiles
+from .paths import path
 
 #: Widest row the single-tile forward takes: one row lives in registers.
 SINGLE_TILE_MAX_N = 65536
@@ -34,6 +35,7 @@ def forward_is_looped(n: int) -> bool:
     return n > SINGLE_TILE_MAX_N
 
 
+@path("single_tile")
 def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
     """x [M, N], or [outer, heads, N] read in two levels (common.two_level_switches; the plain
     kernel only: such rows are not grouped by their 16-byte residue). rstd None: a forward that
@@ -100,6 +102,7 @@ def _single_tile_forward_args(x, weight, y, rstd, r_arg, h_arg, strides, eps, of
     return (x, weight, y, rstd, r_arg, h_arg, *strides, m, n, eps, offset, m.bit_length())
 
 
+@path("looped")
 def _forward_looped(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
     m, n = x.shape
     programs_cap = common._programs_cap(x.device)
@@ -110,6 +113,7 @@ def _forward_looped(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_
     )  # fmt: skip
 
 
+@path("split")
 def _forward_split(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
     """Few wide rows: per-chunk sums of squares, then the scaling, one program per (row, chunk).
     Allocates one fp32 per (row, chunk)."""

@@ -26,6 +26,7 @@ from .held_paths import (
     held_group_words,
 )
 from .kernel_launch import _LAUNCHED
+from .paths import Path, path
 
 #: Polls of a row's published sums a warp of a grouped kernel makes, all its rows together,
 #: before it stops waiting and sums rows alone (the same bits), and of its group's tickets that
@@ -42,6 +43,7 @@ HELD_GROUP_FORWARD_CHUNK_ROWS = 1
 HELD_GROUP_TAG_OFFSET = 0
 
 
+@path("held_row")
 def _forward_held_row(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset, has_residual):
     """Rows held on chip (forward_holds_row_on_chip says when): one launch, one program per SM
     walking its rows; a fixed configuration (no tuning)."""
@@ -90,7 +92,7 @@ def _forward_held_group(
 def _held_group_forward_path(config: HeldGroupForward):
     """The grouped forward in one configuration: a path of its own (one object a configuration,
     as the measured paths' key holds the paths)."""
-    return functools.partial(_forward_held_group, config=config)
+    return Path(_forward_held_group, "held_group", config=config)
 
 
 def _backward_held_group(
@@ -131,7 +133,7 @@ def _backward_held_group(
 def _held_group_backward_path(config: HeldGroupBackward):
     """The grouped backward in one configuration: a path of its own (one object a
     configuration, as the measured paths' key holds the paths)."""
-    return functools.partial(_backward_held_group, config=config)
+    return Path(_backward_held_group, "held_group", config=config)
 
 
 def _backward_held_row(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw, *, warps: int):
@@ -154,5 +156,5 @@ def _backward_held_row(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw, 
 #: The held-row backward at each of its warp counts: paths of their own, offered beside the
 #: wide path, as neither warp count wins at every shape (docs/design.md, Backward).
 _HELD_ROW_BACKWARDS = tuple(
-    functools.partial(_backward_held_row, warps=warps) for warps in HELD_BACKWARD_WARPS
+    Path(_backward_held_row, "held_row", warps=warps) for warps in HELD_BACKWARD_WARPS
 )

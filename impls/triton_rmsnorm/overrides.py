@@ -5,7 +5,6 @@ dispatch.py re-exports every public name here."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 
 #: Per thread: the stack of override layers (innermost last), each a dict of the forced
@@ -148,21 +147,11 @@ def path_named(paths: list, name: str, direction: str):
 # ---- path names ------------------------------------------------------------------------------
 
 
-@functools.cache
 def path_name(path) -> str:
-    """A path's public name (dispatch tables, dispatch.override): its function's name without
-    the direction ("single_tile", "looped", "split", "held_row", "wide", "two_role"), with its
-    keywords ("held_row(warps=16)", "held_group(slice_n=4096,ring=3,per_sm=6,warps=4)")."""
-    function = getattr(path, "func", path)  # functools.partial: its function and keywords
-    name = function.__name__.removeprefix("_forward_").removeprefix("_backward_")
-    parts = []
-    for key, value in getattr(path, "keywords", {}).items():
-        fields = getattr(value, "_asdict", None)
-        if fields is not None:  # a configuration (NamedTuple): its fields
-            parts.extend(f"{k}={v}" for k, v in fields().items())
-        else:
-            parts.append(f"{key}={value}")
-    return f"{name}({','.join(parts)})" if parts else name
+    """A path's public name (dispatch tables, dispatch.override): paths.Path.name, its family
+    with its settings ("single_tile", "held_row(warps=16)",
+    "held_group(slice_n=4096,ring=3,per_sm=6,warps=4)")."""
+    return path.name
 
 
 def _find_named(paths: list, name: str):
