@@ -209,18 +209,22 @@ class Table:
         )
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write atomically (a temporary file in the same folder, then renamed): a reader never
-        sees half a table, and concurrent writers leave one of their tables whole."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(self.dumps())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(path, self.dumps())
+
+
+def write_atomically(path: str | os.PathLike, text: str) -> None:
+    """Write a table file atomically (a temporary file in the same folder, then renamed): a
+    reader never sees half a table, and concurrent writers leave one of their tables whole."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _nearest(points: dict[int, object], log_value: float) -> int:

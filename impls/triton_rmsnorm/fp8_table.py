@@ -21,12 +21,11 @@ from __future__ import annotations
 import functools
 import json
 import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import NamedTuple
 
-from .dispatch_table import TABLES_DIR, gpu_slug
+from .dispatch_table import TABLES_DIR, gpu_slug, write_atomically
 
 FORMAT = "rmsnorm-fp8-launch-table/1"
 FP8_TABLES_DIR = TABLES_DIR / "fp8"
@@ -85,15 +84,11 @@ def load(path: str | os.PathLike) -> dict[tuple[str, int, int], Fp8Entry]:
 
 
 def save(path: str | os.PathLike, gpu: str, entries, made_with: dict) -> None:
-    """Write the table atomically, one entry per line, sorted by key."""
+    """Write the table atomically (dispatch_table.write_atomically), one entry per line, sorted
+    by key."""
     rows = [json.dumps(e.to_json(), sort_keys=True) for e in sorted(entries, key=lambda e: e.key)]
     head = json.dumps({"format": FORMAT, "gpu": gpu, "made_with": made_with})[:-1]
-    text = head + ', "entries": [\n' + ",\n".join(rows) + "\n]}\n"
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as out:
-        out.write(text)
-    os.replace(out.name, path)
+    write_atomically(path, head + ', "entries": [\n' + ",\n".join(rows) + "\n]}\n")
 
 
 def committed_path(device_name: str) -> Path:
