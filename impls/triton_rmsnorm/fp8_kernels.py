@@ -42,6 +42,13 @@ def _dynamic_scale(amax, FP8_MAX: tl.constexpr):
 
 
 @triton.jit
+def _saturated(v, FP8_MAX: tl.constexpr):
+    """Clamped to +-FP8_MAX; NaN compares false and stays NaN."""
+    v = tl.where(v > FP8_MAX, FP8_MAX, v)
+    return tl.where(v < -FP8_MAX, -FP8_MAX, v)
+
+
+@triton.jit
 def rmsnorm_fp8_fwd_kernel(
     X,  # [M, N] input, rows strided by stride_x_row, last dim contiguous
     W,  # [N] weight
@@ -134,8 +141,7 @@ def rmsnorm_fp8_fwd_kernel(
             v = tl.reshape(y3 * inverse[:, :, None], [BLOCK_M, BLOCK_N])
         else:
             v = tl.reshape(tl.math.div_rn(y3, scale[:, :, None]), [BLOCK_M, BLOCK_N])
-    v = tl.where(v > FP8_MAX, FP8_MAX, v)
-    v = tl.where(v < -FP8_MAX, -FP8_MAX, v)
+    v = _saturated(v, FP8_MAX)
     q_ptrs = Q + rows[:, None] * stride_q_row + cols[None, :]
     if CAST_IN_KERNEL:
         tl.store(q_ptrs, v.to(Q.dtype.element_ty), mask=mask)
@@ -153,12 +159,6 @@ def _fp8_source_chunk(X, R, x_row, r_row, c, mask, HAS_RESIDUAL: tl.constexpr, H
         r = tl.load(R + r_row + c, mask=mask, other=0.0)
         x = (x.to(tl.float32) + r.to(tl.float32)).to(H_TY)
     return x.to(tl.float32)
-
-
-@triton.jit
-def _saturated(v, FP8_MAX: tl.constexpr):
-    v = tl.where(v > FP8_MAX, FP8_MAX, v)
-    return tl.where(v < -FP8_MAX, -FP8_MAX, v)
 
 
 @triton.jit

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from . import fp8, fp8_table, tuning
+from . import dispatch, fp8, fp8_table, tuning
 from .configs import NUM_WARPS_CHOICES, ROWS_PER_TILE_CHOICES
 
 #: Tile widths tuned: the powers of two the single-tile fp8 kernel takes.
@@ -119,8 +119,6 @@ def main(argv=None) -> int:
     entries = fp8_table.load(out) if out.exists() else {}
     made_with = {"date": datetime.date.today().isoformat(), "torch": torch.__version__,
                  "elements": args.elements, "command": " ".join(sys.argv)}  # fmt: skip
-    from . import dispatch
-
     stream = dispatch.private_stream(0)
     started = time.monotonic()
     for scaling in args.scalings:
