@@ -105,18 +105,23 @@ def plan(backend_name: str, shapes: list[str], modes: list[str]) -> list[dict]:
             for i, (s, m) in enumerate((s, m) for s in shapes for m in modes)]  # fmt: skip
 
 
-def records(plan_: list[dict], measured: dict[int, dict], dtype: str, op: str,
-            errors: dict[int, str]) -> list[dict]:  # fmt: skip
-    """One record per measurement: DRAM bytes beside the model's (harness.traffic)."""
+def model_bytes(shape: str, mode: str, dtype: str, op: str) -> tuple[int, int]:
+    """The byte model's (bytes moved, bytes read) for one measurement (harness.traffic)."""
     from harness import traffic
     from harness.shapes import parse_shape
 
+    m, n = parse_shape(shape)
     es = {"fp16": 2, "bf16": 2, "fp32": 4}[dtype]
+    return (traffic.counted_bytes(mode, m, n, es, op),
+            traffic.counted_read_bytes(mode, m, n, es, op))  # fmt: skip
+
+
+def records(plan_: list[dict], measured: dict[int, dict], dtype: str, op: str,
+            errors: dict[int, str]) -> list[dict]:  # fmt: skip
+    """One record per measurement: DRAM bytes beside the model's (model_bytes)."""
     out = []
     for p in plan_:
-        m, n = parse_shape(p["shape"])
-        model = traffic.counted_bytes(p["mode"], m, n, es, op)
-        model_read = traffic.counted_read_bytes(p["mode"], m, n, es, op)
+        model, model_read = model_bytes(p["shape"], p["mode"], dtype, op)
         rec = {**p, "dtype": dtype, "op": op, "model_bytes": model,
                "model_read_bytes": model_read, "model_write_bytes": model - model_read}  # fmt: skip
         got = measured.get(p["index"])

@@ -575,13 +575,10 @@ def _model_read_bytes(record: dict) -> int:
     they were stored)."""
     if record.get("model_read_bytes") is not None:
         return record["model_read_bytes"]
-    from harness import traffic
-    from harness.shapes import parse_shape
+    from harness.ncu_bytes import model_bytes
 
-    m, n = parse_shape(record["shape"])
-    element_size = {"fp16": 2, "bf16": 2, "fp32": 4}[record["dtype"]]
-    return traffic.counted_read_bytes(record["mode"], m, n, element_size,
-                                      record.get("op", "rmsnorm"))  # fmt: skip
+    return model_bytes(record["shape"], record["mode"], record["dtype"],
+                       record.get("op", "rmsnorm"))[1]  # fmt: skip
 
 
 #: The DRAM-bytes table's columns (ncu_rows).
