@@ -5,9 +5,13 @@ Timing is the product tuner's own (tuning._median_ms: a CUDA graph over rotating
 time only), each configuration twice, the variants in one order then the other, the better kept.
 """
 
+import json
+
 import torch
 
-from impls.triton_rmsnorm import launch, tuning
+from impls.triton_rmsnorm import dispatch, launch, tuning
+
+SINGLE_TILE_FORWARD = "rmsnorm_fwd_kernel"
 
 
 def time_runs(runs: dict, arg_sets, stream, passes: int = 2) -> dict:
@@ -87,3 +91,32 @@ def forward_candidate_launches(args: tuple, n: int) -> list[tuple]:
         )
         launches.append((tuple(config.values()), launch_grid, meta))
     return launches
+
+
+def forced_single_tile_forwards(x, w, variants, describe: dict, stream) -> list[dict]:
+    """The plain single-tile forward of (x, w) at each of variants (a function of the table's
+    configuration, as a default call launches it, giving name -> configuration), each forced
+    through dispatch.override(forward="single_tile", forward_configs=...): a row per variant,
+    describe's fields first, then the configuration, whether it ran as asked, whether y is
+    bitwise the default call's, and (when it ran as asked) its device-only µs by the tuner's
+    timer over rotating copies past the L2. Each row is printed as it is made."""
+    launch.take_launch_configs()
+    reference = launch.rmsnorm_forward(x, w, 1e-6)[0]
+    table = launch.take_launch_configs()[SINGLE_TILE_FORWARD]
+    arg_sets = tuning.rotating_arguments((x, w), tuning.l2_bytes(0))
+    rows = []
+    for name, config in variants(table).items():
+        row = {**describe, "variant": name, "config": config}
+        forced = {SINGLE_TILE_FORWARD: config}
+        with dispatch.override(forward="single_tile", forward_configs=forced):
+            y = launch.rmsnorm_forward(x, w, 1e-6)[0]
+            ran = launch.take_launch_configs().get(SINGLE_TILE_FORWARD)
+            row["ran_as_asked"] = ran == config
+            row["same_bits"] = torch.equal(y, reference)
+            if row["ran_as_asked"]:
+                row["us"] = 1e3 * tuning._median_ms(
+                    lambda a: launch.rmsnorm_forward(a[0], a[1], 1e-6), arg_sets, stream
+                )
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows

@@ -23,10 +23,10 @@ import json
 import sys
 
 import torch
+from ab_timing import forced_single_tile_forwards
 
-from impls.triton_rmsnorm import dispatch, launch, tuning
+from impls.triton_rmsnorm import dispatch
 
-KERNEL = "rmsnorm_fwd_kernel"
 WIDTHS = (2048, 4096, 8192)
 ROWS = (1, 16, 64, 256)
 
@@ -45,26 +45,8 @@ def case(dtype: torch.dtype, n: int, m: int, stream) -> list[dict]:
     gen = torch.Generator().manual_seed(n + m)
     x = torch.randn(m, n, generator=gen).to("cuda", dtype)
     w = (1 + 0.1 * torch.randn(n, generator=gen)).to("cuda", dtype)
-    launch.take_launch_configs()
-    reference = launch.rmsnorm_forward(x, w, 1e-6)[0]
-    table = launch.take_launch_configs()[KERNEL]
-    arg_sets = tuning.rotating_arguments((x, w), tuning.l2_bytes(0))
-    rows = []
-    for name, config in variants(table).items():
-        row = {"dtype": str(dtype).removeprefix("torch."), "n": n, "m": m, "variant": name,
-               "config": config}  # fmt: skip
-        with dispatch.override(forward="single_tile", forward_configs={KERNEL: config}):
-            y = launch.rmsnorm_forward(x, w, 1e-6)[0]
-            ran = launch.take_launch_configs().get(KERNEL)
-            row["ran_as_asked"] = ran == config
-            row["same_bits"] = torch.equal(y, reference)
-            if row["ran_as_asked"]:
-                row["us"] = 1e3 * tuning._median_ms(
-                    lambda a: launch.rmsnorm_forward(a[0], a[1], 1e-6), arg_sets, stream
-                )
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    return rows
+    describe = {"dtype": str(dtype).removeprefix("torch."), "n": n, "m": m}
+    return forced_single_tile_forwards(x, w, variants, describe, stream)
 
 
 def main(out_path: str) -> None:

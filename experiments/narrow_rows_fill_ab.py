@@ -32,12 +32,12 @@ import json
 import sys
 
 import torch
+from ab_timing import forced_single_tile_forwards
 
 from harness.layouts import make_case_inputs
 from harness.shapes import PRESETS, HeadView
-from impls.triton_rmsnorm import common, dispatch, launch, tuning
+from impls.triton_rmsnorm import common, dispatch
 
-KERNEL = "rmsnorm_fwd_kernel"
 TOKENS = 16
 
 
@@ -56,28 +56,11 @@ def variants(table: dict, m: int, sms: int) -> dict[str, dict]:
 
 def case(view: HeadView, dtype: torch.dtype, stream, sms: int) -> list[dict]:
     inputs = make_case_inputs(view, dtype, "cuda", seed=view.heads * view.head_dim)
-    x, w = inputs.x, inputs.weight
-    launch.take_launch_configs()
-    reference = launch.rmsnorm_forward(x, w, 1e-6)[0]
-    table = launch.take_launch_configs()[KERNEL]
-    arg_sets = tuning.rotating_arguments((x, w), tuning.l2_bytes(0))
-    rows = []
-    for name, config in variants(table, view[0], sms).items():
-        row = {"dtype": str(dtype).removeprefix("torch."), "view": list(view.dims),
-               "packed_width": view.packed_width, "m": view[0], "n": view[1],
-               "variant": name, "config": config}  # fmt: skip
-        with dispatch.override(forward="single_tile", forward_configs={KERNEL: config}):
-            y = launch.rmsnorm_forward(x, w, 1e-6)[0]
-            ran = launch.take_launch_configs().get(KERNEL)
-            row["ran_as_asked"] = ran == config
-            row["same_bits"] = torch.equal(y, reference)
-            if row["ran_as_asked"]:
-                row["us"] = 1e3 * tuning._median_ms(
-                    lambda a: launch.rmsnorm_forward(a[0], a[1], 1e-6), arg_sets, stream
-                )
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    return rows
+    describe = {"dtype": str(dtype).removeprefix("torch."), "view": list(view.dims),
+                "packed_width": view.packed_width, "m": view[0], "n": view[1]}  # fmt: skip
+    return forced_single_tile_forwards(inputs.x, inputs.weight,
+                                       lambda table: variants(table, view[0], sms), describe,
+                                       stream)  # fmt: skip
 
 
 def main(out_path: str) -> None:
