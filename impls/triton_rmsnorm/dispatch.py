@@ -242,6 +242,12 @@ def _session(device_index: int) -> _Session | None:
     return session
 
 
+def left_untuned() -> bool:
+    """Whether a call of this thread met a tuning it could not run (inside a capture) since
+    the flag was last cleared (replays._record clears it around the call it records)."""
+    return getattr(_ACTIVE, "left_untuned", False)
+
+
 def measuring() -> bool:
     """Whether this thread is measuring (kernel_launch._launch then tunes its kernels)."""
     return getattr(_ACTIVE, "measuring", False)
@@ -286,7 +292,11 @@ def tunes(direction: str, dtypes: tuple, residual: bool, n: int, m: int, device)
     if point in session.table:
         return None
     if torch.cuda.is_current_stream_capturing():
-        return None  # nothing can be timed inside a capture: the table or heuristic, unremembered
+        # nothing can be timed inside a capture: the table or heuristic serves it, and nothing
+        # is remembered, not even a replay (replays._record), which would serve the later calls
+        # of this signature outside the capture and so keep them from ever being tuned
+        _ACTIVE.left_untuned = True
+        return None
     if torch.cuda.get_sync_debug_mode() != 0:
         raise RuntimeError(
             "rmsnorm: runtime tuning (RMSNORM_TRITON_TUNE=1 or dispatch.tuning()) synchronizes "

@@ -54,21 +54,29 @@ def _is_current(device_index: int) -> bool:
 
 def _record(key: tuple, call, args: tuple, launches: tuple, extra=None) -> None:
     """call(*args), remembering its launches under key when it made one of the expected numbers
-    of them and each can be replayed (went direct, or runs under the interpreter). A key already
+    of them and each can be replayed (went direct, or runs under the interpreter), and no tuning
+    that should have measured the call was left undone (dispatch.left_untuned: a capture inside
+    a tuning session takes the table or the heuristic unremembered). A key already
     known is not recorded again (x on another device than the current one runs here every
     call), nor is one past REPLAY_CAP."""
     if key in _REPLAYS or len(_REPLAYS) >= REPLAY_CAP:
         call(*args)
         return
     outer = getattr(_RECORDING, "launches", None)
+    outer_untuned = dispatch.left_untuned()
     _RECORDING.launches = recorded = []
+    dispatch._ACTIVE.left_untuned = False
     generation = dispatch.GENERATION[0]
     try:
         call(*args)
     finally:
         _RECORDING.launches = outer
+        untuned = dispatch.left_untuned()
+        dispatch._ACTIVE.left_untuned = outer_untuned or untuned
     if dispatch.GENERATION[0] != generation:
         return  # the call tuned (its launches were the tuning's), or the tables changed
+    if untuned:
+        return  # a tuning would have measured it but could not (a capture): not remembered
     through_triton = common.interpreting()
     replays = [direct.replay_of(*launch[:5], through_triton=through_triton) for launch in recorded]
     if len(replays) not in launches or None in replays:
