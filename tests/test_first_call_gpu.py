@@ -11,6 +11,7 @@ hidden sizes no other test in the process calls (_fresh_n), so its call is a fir
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -113,12 +115,32 @@ def test_the_first_call_compiles_only_what_it_launches(table_dispatch):
     assert len(cache) == before + 1  # one binary: no candidate compiled beside it
 
 
+def _settle(base: int, timeout_s: float = 5.0) -> int:
+    """torch.cuda.memory_allocated() once it is back at base (the tensors of the calls since
+    base released), or after timeout_s. A backward's gradients can outlive the
+    torch.autograd.grad that returned them for a while: autograd's CUDA worker thread may hold
+    the last reference and free them only once it gets the GIL, and tensors in reference
+    cycles wait for the collector. Until then they count in memory_allocated(), and a call that
+    frees them before its peak would measure less than it takes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        gc.collect()
+        torch.cuda.synchronize()
+        now = torch.cuda.memory_allocated()
+        if now <= base or time.monotonic() > deadline:
+            return now
+        time.sleep(0.001)  # releases the GIL to the thread holding the last reference
+
+
 def _peak_extra(fn) -> int:
+    """The device memory fn takes at its peak beyond what was allocated before it; fn's own
+    tensors must all be released after it (checked, so that a later measurement starts clean)."""
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     fn()
-    torch.cuda.synchronize()
+    left = _settle(base)
+    assert left == base, f"{left - base} bytes of the call still allocated after it"
     return torch.cuda.max_memory_allocated() - base
 
 
