@@ -58,14 +58,23 @@ def test_kernel_cast_is_torchs_and_matches_oracle(dtype, shape, scaling, fp8):
     args = (x, w, EPS, 0.0, scaling, scale, fp8_dtype)
     q, s, rstd, _ = rmsnorm_fp8_forward(*args)
     q_ref, s_ref, rstd_ref, _ = rmsnorm_fp8_forward(*args, cast_in_kernel=False)
+    # The two builds are two compilations: each sums a row's squares in the order its register
+    # layout gives, and their different stores (16 fp8 codes a thread against 8 fp32 values)
+    # choose different layouts where N is a multiple of 16 (16x65536 fp16 on the H200: 4 rows
+    # of 16 an ulp apart). So the cast is compared where the fp32 values are the same ones,
+    # on the rows whose rstd is, which must be most rows; the oracle below checks every row.
+    rows = (rstd == rstd_ref) | (rstd.isnan() & rstd_ref.isnan())
+    assert rows.sum() * 2 >= rows.numel(), f"rstd differs between the builds in {(~rows).sum()}"
+    ulp = torch.finfo(torch.float32).eps * rstd_ref.abs()
+    assert bool(((rstd - rstd_ref).abs() <= ulp)[~rows].all()), "rstd more than an ulp apart"
     # bitwise, NaN payloads aside (a NaN is a NaN code whatever its sign bit)
-    nan = torch.isnan(q.float())
-    assert torch.equal(nan, torch.isnan(q_ref.float()))
-    same = q.view(torch.uint8) == q_ref.view(torch.uint8)
+    kept, kept_ref = q[rows], q_ref[rows]
+    nan = torch.isnan(kept.float())
+    assert torch.equal(nan, torch.isnan(kept_ref.float()))
+    same = kept.view(torch.uint8) == kept_ref.view(torch.uint8)
     assert bool((same | nan).all()), f"kernel cast != torch's at {(~same & ~nan).nonzero()[:4]}"
-    assert _same(rstd, rstd_ref)
     if s is not None:
-        assert _same(s, s_ref)
+        assert _same(s[rows], s_ref[rows])
     reports = check_fp8(q, scale if s is None else s, x, w, EPS, scaling=scaling,
                         fp8_dtype=fp8_dtype, static_scale=scale)  # fmt: skip
     assert all(r.passed for r in reports), "; ".join(r.summary() for r in reports)
