@@ -17,6 +17,14 @@ module global ``flashinfer.norm._USE_CUDA_NORM``, which ``_use_cuda_norm()`` rea
 so both families run in one process: the ``flashinfer-cuda`` rows set that global for the
 duration of their call (imported without the variable, both families' modules are loaded).
 Neither family has a backward.
+
+Both families launch with programmatic dependent launch (PDL) on Hopper unless told not to
+(``enable_pdl`` None means ``device_support_pdl``: compute capability >= 9): each kernel waits
+on ``griddepcontrol.wait`` at its start and triggers its dependents at its end, so a call's
+launch and prologue overlap the previous kernel's tail. In a run of back-to-back calls (the
+harness's timed graphs) that hides part of each launch; in a model it does so only behind a
+kernel that triggers it. The ``flashinfer-nopdl`` row is the CuTe DSL kernel with
+``enable_pdl=False``: the gap between the two rows is what PDL is worth at each shape.
 """
 
 from __future__ import annotations
@@ -114,6 +122,15 @@ def _build() -> RMSNormFn:
     return flashinfer_rmsnorm
 
 
+def _build_nopdl() -> RMSNormFn:
+    from flashinfer.norm import rmsnorm
+
+    def flashinfer_rmsnorm_nopdl(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return rmsnorm(x, weight, eps, enable_pdl=False)
+
+    return flashinfer_rmsnorm_nopdl
+
+
 def _build_cuda() -> RMSNormFn:
     from flashinfer.norm import rmsnorm
 
@@ -150,8 +167,16 @@ _COMMON = dict(numerics="fused_fp32", own_backward=False, has_backward=False)
 BACKENDS = (
     Backend(
         name="flashinfer",
-        label="FlashInfer rmsnorm (CuTe DSL; 3-D input: qk_rmsnorm)",
+        label="FlashInfer rmsnorm (CuTe DSL, PDL on; 3-D input: qk_rmsnorm)",
         build=_build,
+        unavailable=_unavailable_cute,
+        unsupported=_unsupported,
+        **_COMMON,
+    ),
+    Backend(
+        name="flashinfer-nopdl",
+        label="FlashInfer rmsnorm (CuTe DSL), PDL off (enable_pdl=False; on by default)",
+        build=_build_nopdl,
         unavailable=_unavailable_cute,
         unsupported=_unsupported,
         **_COMMON,

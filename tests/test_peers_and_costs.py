@@ -20,6 +20,7 @@ NEW_BACKENDS = {
     # name: (module holding its reason function, the package import that must fail)
     "flashinfer": ("impls.flashinfer", "flashinfer"),
     "flashinfer-cuda": ("impls.flashinfer", "flashinfer"),
+    "flashinfer-nopdl": ("impls.flashinfer", "flashinfer"),
     "flashinfer-gemma": ("impls.flashinfer", "flashinfer"),
     "flashinfer-add": ("impls.flashinfer", "flashinfer"),
     "cudnn": ("impls.cudnn_frontend", "cudnn"),
@@ -92,6 +93,22 @@ def test_unsupported_cases_are_stated():
     add = get_backend("flashinfer-add")
     assert "[M, N] rows only" in add.unsupported((4, 2, 64), torch.bfloat16, "cuda")
     assert get_backend("flashinfer").unsupported((4, 2, 64), torch.bfloat16, "cuda") is None
+
+
+def test_flashinfer_rows_differ_only_in_pdl(monkeypatch):
+    """flashinfer leaves enable_pdl to FlashInfer (on for Hopper), flashinfer-nopdl turns it off;
+    both call the same rmsnorm (a fake flashinfer.norm records the calls)."""
+    import types
+
+    calls = []
+    fake = types.ModuleType("flashinfer.norm")
+    fake.rmsnorm = lambda x, w, eps, **kwargs: calls.append(kwargs) or x
+    monkeypatch.setitem(sys.modules, "flashinfer", types.ModuleType("flashinfer"))
+    monkeypatch.setitem(sys.modules, "flashinfer.norm", fake)
+    x = torch.ones(2, 8)
+    for name in ("flashinfer", "flashinfer-nopdl"):
+        assert get_backend(name).build()(x, torch.ones(8), 1e-6) is x
+    assert calls == [{}, {"enable_pdl": False}]
 
 
 def test_registry_flags_of_the_new_forms():
