@@ -273,6 +273,13 @@ def main(cases: list[dict]) -> list[dict]:
             found["vector loads"] = ptx.count("ld.global.v4.b32")
             found["staged vectors"] = ptx.count("cp.async.cg.shared.global")
             found["vector stores"] = ptx.count("st.global.v4.b32")
+        if case.get("report_wait"):  # WAIT_FOR_PRIOR_GRID: the wait comes before any access
+            wait = ptx.find("griddepcontrol.wait")
+            first_access = re.search(r"\b(?:ld|st)\.global|cp\.async", ptx)
+            found["waits"] = ptx.count("griddepcontrol.wait")
+            found["waits before any global access"] = wait >= 0 and (
+                first_access is None or wait < first_access.start()
+            )
         if case.get("count_fp32_stores"):  # the forwards' rstd: one fp32 a row (STORE_RSTD)
             found["fp32 stores"] = len(re.findall(r"st\.global\.b32", ptx))
         if (

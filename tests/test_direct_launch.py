@@ -140,8 +140,9 @@ def test_trailing_parameters_left_out_take_their_defaults():
     leading = kernel.arg_names.index("ROWS_BUCKET") + 1
     meta = {"BLOCK_M": 1, "BLOCK_N": 64, "HAS_RESIDUAL": False, "PERSISTENT": False,
             "LOOP_STAGES": 1}  # fmt: skip
-    # ROWS_CONTIGUOUS, HOLD_STORAGE_FORM, W_EARLY, HEADS, STRIDE_X_OUTER, STORE_RSTD
-    defaults = [False, False, False, 1, 0, True]
+    # ROWS_CONTIGUOUS, HOLD_STORAGE_FORM, W_EARLY, HEADS, STRIDE_X_OUTER, STORE_RSTD,
+    # WAIT_FOR_PRIOR_GRID
+    defaults = [False, False, False, 1, 0, True, False]
     assert direct._trailing(kernel, leading, meta) == [1, 64, False, False, 1, *defaults]
     given = direct._trailing(kernel, leading, {**meta, "ROWS_CONTIGUOUS": True})
     assert given[kernel.arg_names.index("ROWS_CONTIGUOUS") - leading] is True

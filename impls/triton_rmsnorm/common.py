@@ -126,6 +126,30 @@ def _hopper_class(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device.index or 0) >= (9, 0)
 
 
+#: RMSNORM_TRITON_PDL=0 (read at import) launches every kernel without programmatic dependent
+#: launch; by default the single-tile forward uses it where the GPU has it (pdl_switches).
+_PDL_ENABLED = os.environ.get("RMSNORM_TRITON_PDL", "1") != "0"
+
+
+@functools.cache
+def _has_pdl(device_index: int) -> bool:
+    return torch.cuda.get_device_capability(device_index) >= (9, 0)
+
+
+def pdl_switches(device: torch.device) -> dict:
+    """The launch keywords of a kernel that may start before the kernel ahead of it finishes
+    (programmatic dependent launch, compute capability 9.0 and later, CUDA only): it waits on
+    that kernel first thing (WAIT_FOR_PRIOR_GRID), and its launch and prologue overlap the
+    previous kernel's tail. Empty under the interpreter, on ROCm and older GPUs, and with
+    RMSNORM_TRITON_PDL=0. On the H200 it took 0.4-0.5 us off a decode-sized forward
+    (docs/perf-log.md, twenty-sixth session)."""
+    if not _PDL_ENABLED or interpreting() or torch.version.hip is not None:
+        return {}
+    if device.type != "cuda" or not _has_pdl(device.index or 0):
+        return {}
+    return {"WAIT_FOR_PRIOR_GRID": True, "launch_pdl": True}
+
+
 @functools.cache
 def _shared_bytes_per_block(device_index: int) -> int:
     """The most shared memory a program may ask for on this device (0 if torch does not say)."""

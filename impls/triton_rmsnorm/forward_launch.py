@@ -62,7 +62,8 @@ def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset,
     kernel_launch._launch(
         "rmsnorm_fwd_kernel", lambda meta: (_tile_programs(m, meta, x.device),), *args,
         dtypes=dtypes, ROWS_CONTIGUOUS=all(stride == n for stride in strides), **switches,
-        **two_level_switches(x), adjust=_one_row_tiles(m, n, (x, y, r_arg, h_arg), x.device),
+        **two_level_switches(x), **common.pdl_switches(x.device),
+        adjust=_one_row_tiles(m, n, (x, y, r_arg, h_arg), x.device),
     )  # fmt: skip
 
 

@@ -51,6 +51,7 @@ def rmsnorm_fwd_kernel(
     HEADS: tl.constexpr = 1,  # > 1: x's rows in two levels (see below; no residual)
     STRIDE_X_OUTER: tl.constexpr = 0,  # HEADS > 1 only: x's stride between groups of HEADS rows
     STORE_RSTD: tl.constexpr = True,  # False: rstd not written (no backward will read it)
+    WAIT_FOR_PRIOR_GRID: tl.constexpr = False,  # launched with PDL: griddepcontrol.wait first
 ):
     """BLOCK_M whole rows per tile: read x (and r) once, write y (and h) once, one fp32 rstd
     per row (STORE_RSTD; a forward no backward follows writes none, and RSTD is any pointer).
@@ -90,7 +91,14 @@ def rmsnorm_fwd_kernel(
     [M, N] and [M] as always (ROWS_CONTIGUOUS then says stride_x_row, the head stride, is N).
     Both are compile-time constants, as N is: a binary per (heads, outer stride), and constant
     row arithmetic. HEADS = 1 compiles to the plain kernel's code. Not with HAS_RESIDUAL.
+
+    WAIT_FOR_PRIOR_GRID: the kernel is launched with programmatic dependent launch (PDL), so it
+    may be scheduled before the kernel ahead of it in the stream has finished; it waits first
+    thing (griddepcontrol.wait) until that kernel has completed and its memory is visible, before
+    any load or store. It never triggers its dependents early. Same arithmetic, same bits.
     """
+    if WAIT_FOR_PRIOR_GRID:
+        tl.extra.cuda.gdc_wait()
     if ROWS_CONTIGUOUS:
         stride_x_row = N
         stride_y_row = N

@@ -1,0 +1,126 @@
+"""Programmatic dependent launch of the single-tile forward (common.pdl_switches): it may be
+scheduled before the kernel ahead of it has finished, so it must wait on that kernel before any
+load or store, keep its bits, and read what the kernel ahead wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.oracle import reference_forward
+from impls.triton_rmsnorm import common, direct, kernels, launch
+from tests.conftest import ON_GPU
+
+REPO = Path(__file__).resolve().parent.parent
+ON_HOPPER = ON_GPU and torch.cuda.get_device_capability() >= (9, 0)
+
+
+def test_no_pdl_off_the_gpu():
+    """The interpreter and CPU tensors launch without PDL (nothing to wait on)."""
+    assert common.pdl_switches(torch.device("cpu")) == {}
+    if common.interpreting():
+        assert common.pdl_switches(torch.device("cuda", 0)) == {}
+
+
+def test_the_forward_waits_before_any_global_access_sm90():
+    """Compiled for sm_90 (no GPU needed): with WAIT_FOR_PRIOR_GRID the PTX holds one
+    griddepcontrol.wait, ahead of every global load, store and cp.async; without it, none."""
+    pytest.importorskip(
+        "triton.backends.nvidia.compiler", reason="Triton without its NVIDIA backend"
+    )
+    from tests import sm90_compile
+
+    base = {"kernel": "fwd", "x": "bf16", "stages": 1, "extra": False, "hold": False,
+            "report_wait": True}  # fmt: skip
+    cases = [
+        {**base, "block_n": 4096, "warps": 16, "persistent": False, "w_early": True,
+         "constexprs": {"WAIT_FOR_PRIOR_GRID": True}},
+        {**base, "block_n": 2048, "warps": 4, "persistent": True, "stages": 3,
+         "constexprs": {"WAIT_FOR_PRIOR_GRID": True}},
+        {**base, "block_n": 4096, "warps": 16, "persistent": False, "w_early": True},
+    ]  # fmt: skip
+    waiting_single, waiting_persistent, plain = sm90_compile.run(cases)
+    for found in (waiting_single, waiting_persistent):
+        assert found["waits"] == 1 and found["waits before any global access"], found
+    assert plain["waits"] == 0, plain
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="PDL: a CUDA GPU of compute capability 9.0 or later")
+def test_the_default_forward_launches_with_pdl_on_hopper():
+    x = torch.randn(4, 4096, dtype=torch.bfloat16).cuda()
+    w = torch.randn(4096, dtype=torch.bfloat16).cuda()
+    assert common.pdl_switches(x.device) == {"WAIT_FOR_PRIOR_GRID": True, "launch_pdl": True}
+    launch.rmsnorm_forward(x, w, 1e-6)
+    launch.rmsnorm_forward(x, w, 1e-6)  # the second launch goes through the cached binary
+    forwards = [c for key, c in direct._COMPILED.items() if key[0] is kernels.rmsnorm_fwd_kernel]
+    assert forwards and all(c.metadata.launch_pdl for c in forwards)
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="PDL: a CUDA GPU of compute capability 9.0 or later")
+@pytest.mark.parametrize("m, n", [(1, 4096), (64, 8192), (2048, 4096)])
+def test_the_forward_reads_what_the_kernel_ahead_wrote(m, n):
+    """Each forward follows the kernel that writes its x, queued behind a long kernel so the
+    forward is launched (and may be scheduled) before its x is written: every y must be the
+    oracle's for the x written, and bitwise the y of the same x normalized afterwards."""
+    w = torch.randn(n, dtype=torch.bfloat16).cuda()
+    sources = [torch.randn(m, n, dtype=torch.bfloat16).cuda() for _ in range(4)]
+    x = torch.zeros(m, n, dtype=torch.bfloat16, device="cuda")
+    big = torch.empty(64 * 2**20, dtype=torch.bfloat16, device="cuda")
+    torch.cuda.synchronize()
+    outputs = []
+    for src in sources * 4:
+        big.fill_(1.0)  # ~30 us: the forward is queued well before its producer runs
+        x.copy_(src)
+        outputs.append(launch.rmsnorm_forward(x, w, 1e-6)[0])
+    torch.cuda.synchronize()
+    for i, y in enumerate(outputs):
+        src = sources[i % len(sources)]
+        after = launch.rmsnorm_forward(src, w, 1e-6)[0]
+        assert torch.equal(y, after), f"call {i}: y differs from the same x normalized later"
+        ref = reference_forward(src, w, 1e-6).to(torch.bfloat16)
+        assert _within_ulp(y, ref), f"call {i}: y is not the oracle's for the x written"
+
+
+def _within_ulp(y: torch.Tensor, ref: torch.Tensor) -> bool:
+    """Every element within one bf16 ulp of the correctly rounded value (the forward's bound)."""
+    diff = (y.view(torch.int16).int() - ref.view(torch.int16).int()).abs()
+    return bool((diff <= 1).all())
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="PDL: a CUDA GPU of compute capability 9.0 or later")
+def test_pdl_keeps_the_bits(tmp_path):
+    """y with PDL (this process) is bitwise y without it (RMSNORM_TRITON_PDL=0, another
+    process), at decode and larger shapes, fp16 and bf16."""
+    code = textwrap.dedent("""
+        import json, sys, torch
+        from impls.triton_rmsnorm import launch
+        out = {}
+        for m, n, dtype in json.loads(sys.argv[1]):
+            g = torch.Generator().manual_seed(m * 100003 + n)
+            dt = getattr(torch, dtype)
+            x = torch.randn(m, n, generator=g).to(dt).cuda()
+            w = torch.randn(n, generator=g).to(dt).cuda()
+            y = launch.rmsnorm_forward(x, w, 1e-6)[0]
+            out[f"{m}x{n}{dtype}"] = y.view(torch.int16).cpu().tolist()
+        torch.save(out, sys.argv[2])
+    """)
+    cases = [(1, 4096, "bfloat16"), (16, 8192, "float16"), (256, 2048, "bfloat16"),
+             (2048, 7168, "float16")]  # fmt: skip
+    results = {}
+    for pdl in ("0", "1"):
+        path = tmp_path / f"pdl{pdl}.pt"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RMSNORM_TRITON_")}
+        done = subprocess.run(
+            [sys.executable, "-c", code, json.dumps(cases), str(path)], cwd=REPO, capture_output=True,
+            text=True, timeout=300, env={**env, "RMSNORM_TRITON_PDL": pdl},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        results[pdl] = torch.load(path)
+    assert results["0"] == results["1"]
