@@ -47,7 +47,8 @@ def compile_case(case: dict):
                   "BLOCK_N": block_n, "HAS_RESIDUAL": case["residual"], "CAST_IN_KERNEL": True,
                   "ROWS_CONTIGUOUS": True,
                   "RECIPROCAL": case.get("reciprocal", False),
-                  "W_EARLY": case.get("w_early", False)}  # fmt: skip
+                  "W_EARLY": case.get("w_early", False),
+                  "WAIT_FOR_PRIOR_GRID": case.get("wait", False)}  # fmt: skip
     return sm90_compile.compile_sm90(kernel, pointers, constexprs, options)
 
 
@@ -62,8 +63,17 @@ def main(cases: list[dict]) -> list[dict]:
             "div.rn": len(re.findall(r"div\.rn\.f32", ptx)),
             "global stores": len(re.findall(r"st\.global", ptx)),
             "shared bytes": compiled.metadata.shared,
+            "waits": ptx.count("griddepcontrol.wait"),
+            "waits before any global access": _waits_first(ptx),
         })  # fmt: skip
     return report
+
+
+def _waits_first(ptx: str) -> bool:
+    """A griddepcontrol.wait comes before every global load, store and cp.async."""
+    wait = ptx.find("griddepcontrol.wait")
+    first_access = re.search(r"\b(?:ld|st)\.global|cp\.async", ptx)
+    return wait >= 0 and (first_access is None or wait < first_access.start())
 
 
 def run(cases: list[dict]) -> list[dict]:

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from harness.oracle import reference_forward
-from impls.triton_rmsnorm import common, direct, kernels, launch
+from impls.triton_rmsnorm import common, direct, fp8_kernels, kernels, launch
+from impls.triton_rmsnorm.fp8 import rmsnorm_fp8_forward
 from tests.conftest import ON_GPU
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,6 +53,23 @@ def test_the_forward_waits_before_any_global_access_sm90():
     assert plain["waits"] == 0, plain
 
 
+def test_the_fp8_forward_waits_before_any_global_access_sm90():
+    """rmsnorm_fp8's single-tile kernel, compiled for sm_90 with WAIT_FOR_PRIOR_GRID, per
+    scaling and with a residual: one griddepcontrol.wait ahead of every global access."""
+    pytest.importorskip(
+        "triton.backends.nvidia.compiler", reason="Triton without its NVIDIA backend"
+    )
+    from tests import sm90_compile_fp8
+
+    cases = [{"scaling": s, "n": 4096, "warps": 4, "fp8": "fp8e4nv", "x": "bf16", "residual": r,
+              "w_early": True, "wait": True} for s in (0, 1, 2) for r in (False, True)]  # fmt: skip
+    cases.append({**cases[0], "wait": False})
+    *waiting, plain = sm90_compile_fp8.run(cases)
+    for case, found in zip(cases, waiting, strict=False):
+        assert found["waits"] == 1 and found["waits before any global access"], (case, found)
+    assert plain["waits"] == 0, plain
+
+
 @pytest.mark.skipif(not ON_HOPPER, reason="PDL: a CUDA GPU of compute capability 9.0 or later")
 def test_the_default_forward_launches_with_pdl_on_hopper():
     x = torch.randn(4, 4096, dtype=torch.bfloat16).cuda()
@@ -59,8 +77,11 @@ def test_the_default_forward_launches_with_pdl_on_hopper():
     assert common.pdl_switches(x.device) == {"WAIT_FOR_PRIOR_GRID": True, "launch_pdl": True}
     launch.rmsnorm_forward(x, w, 1e-6)
     launch.rmsnorm_forward(x, w, 1e-6)  # the second launch goes through the cached binary
-    forwards = [c for key, c in direct._COMPILED.items() if key[0] is kernels.rmsnorm_fwd_kernel]
-    assert forwards and all(c.metadata.launch_pdl for c in forwards)
+    for _ in range(2):
+        rmsnorm_fp8_forward(x, w, 1e-6, 0.0, "per_token", None, torch.float8_e4m3fn)
+    for kernel in (kernels.rmsnorm_fwd_kernel, fp8_kernels.rmsnorm_fp8_fwd_kernel):
+        compiled = [c for key, c in direct._COMPILED.items() if key[0] is kernel]
+        assert compiled and all(c.metadata.launch_pdl for c in compiled), kernel.fn.__name__
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="PDL: a CUDA GPU of compute capability 9.0 or later")
@@ -96,11 +117,12 @@ def _within_ulp(y: torch.Tensor, ref: torch.Tensor) -> bool:
 
 @pytest.mark.skipif(not ON_HOPPER, reason="PDL: a CUDA GPU of compute capability 9.0 or later")
 def test_pdl_keeps_the_bits(tmp_path):
-    """y with PDL (this process) is bitwise y without it (RMSNORM_TRITON_PDL=0, another
-    process), at decode and larger shapes, fp16 and bf16."""
+    """y, and rmsnorm_fp8's codes and scales, with PDL are bitwise the same as without it
+    (RMSNORM_TRITON_PDL=0), each in a process of its own, at decode and larger shapes."""
     code = textwrap.dedent("""
         import json, sys, torch
         from impls.triton_rmsnorm import launch
+        from impls.triton_rmsnorm.fp8 import rmsnorm_fp8_forward
         out = {}
         for m, n, dtype in json.loads(sys.argv[1]):
             g = torch.Generator().manual_seed(m * 100003 + n)
@@ -109,6 +131,8 @@ def test_pdl_keeps_the_bits(tmp_path):
             w = torch.randn(n, generator=g).to(dt).cuda()
             y = launch.rmsnorm_forward(x, w, 1e-6)[0]
             out[f"{m}x{n}{dtype}"] = y.view(torch.int16).cpu().tolist()
+            q, s, _, _ = rmsnorm_fp8_forward(x, w, 1e-6, 0.0, "block", None, torch.float8_e4m3fn)
+            out[f"{m}x{n}{dtype} fp8"] = (q.view(torch.uint8).cpu().tolist(), s.cpu().tolist())
         torch.save(out, sys.argv[2])
     """)
     cases = [(1, 4096, "bfloat16"), (16, 8192, "float16"), (256, 2048, "bfloat16"),

@@ -127,7 +127,8 @@ def _hopper_class(device: torch.device) -> bool:
 
 
 #: RMSNORM_TRITON_PDL=0 (read at import) launches every kernel without programmatic dependent
-#: launch; by default the single-tile forward uses it where the GPU has it (pdl_switches).
+#: launch; by default the single-tile forwards (plain and fp8) use it where the GPU has it
+#: (pdl_switches).
 _PDL_ENABLED = os.environ.get("RMSNORM_TRITON_PDL", "1") != "0"
 
 

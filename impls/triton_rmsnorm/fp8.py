@@ -160,7 +160,7 @@ def rmsnorm_fp8_forward(
                 HAS_RESIDUAL=residual is not None, CAST_IN_KERNEL=cast_in_kernel,
                 ROWS_CONTIGUOUS=all(t.stride(0) == n for t in (x, q, r_arg, h_arg)),
                 RECIPROCAL=reciprocal,
-                W_EARLY=common.loads_w_early(programs, x.device),
+                W_EARLY=common.loads_w_early(programs, x.device), **common.pdl_switches(x.device),
             )  # fmt: skip
     return _converted(q, fp8_dtype, cast_in_kernel), scales, rstd, h
 

@@ -79,13 +79,19 @@ def rmsnorm_fp8_fwd_kernel(
     ROWS_CONTIGUOUS: tl.constexpr = False,  # every row stride is N: the strides are ignored
     RECIPROCAL: tl.constexpr = False,  # y * rn(1 / scale) instead of rn(y / scale) (see below)
     W_EARLY: tl.constexpr = False,  # load w with x: grids of at most one program an SM
+    WAIT_FOR_PRIOR_GRID: tl.constexpr = False,  # launched with PDL: griddepcontrol.wait first
 ):
     """RECIPROCAL divides once per scale (a row, a block, the tensor) and multiplies each
     element: rn(y * rn(1 / s)) is within 2 roundings (2**-23 relative) of y / s, so a code can
     differ from the exact division's only next to a tie, inside the oracle's window (its
     5-ulp constant term). A per-element div.rn.f32 is a long instruction sequence, which at
     16-bit row widths may cost more than the memory traffic. A static scale whose reciprocal
-    overflows (s < 2**-126) is divided exactly, so that 0 / s stays 0 rather than 0 * inf."""
+    overflows (s < 2**-126) is divided exactly, so that 0 / s stays 0 rather than 0 * inf.
+
+    WAIT_FOR_PRIOR_GRID: as kernels.rmsnorm_fwd_kernel's (programmatic dependent launch: wait on
+    the kernel ahead before any load or store)."""
+    if WAIT_FOR_PRIOR_GRID:
+        tl.extra.cuda.gdc_wait()
     if ROWS_CONTIGUOUS:  # constant row offsets, as rmsnorm_fwd_kernel's
         stride_x_row = N
         stride_q_row = N
