@@ -70,6 +70,31 @@ def test_the_fp8_forward_waits_before_any_global_access_sm90():
     assert plain["waits"] == 0, plain
 
 
+def test_single_tile_kernel_names_the_shifted_kernel_for_wide_unaligned_rows():
+    """Which single-tile kernel a forward launches (the one PDL is on): the plain kernel for
+    rows on 16 bytes, the shifted one for wide rows that are not (odd N from 4096 columns)."""
+    from impls.triton_rmsnorm.forward_launch import single_tile_kernel
+
+    def kernel(m, n):
+        x = torch.empty(m, n, dtype=torch.bfloat16)
+        return single_tile_kernel(x, torch.empty_like(x))
+
+    assert kernel(64, 4096) == "rmsnorm_fwd_kernel"
+    assert kernel(64, 1023) == "rmsnorm_fwd_kernel"  # narrow odd rows: the plain kernel
+    assert kernel(64, 4095) == "rmsnorm_fwd_shifted_kernel"
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="PDL: a CUDA GPU of compute capability 9.0 or later")
+def test_explain_says_the_forward_launches_with_pdl():
+    from impls.triton_rmsnorm.explain import explain
+
+    w = torch.empty(4096, dtype=torch.bfloat16, device="cuda")
+    text = explain(torch.empty(16, 4096, dtype=torch.bfloat16, device="cuda"), w)
+    assert "programmatic dependent launch" in text, text
+    odd = explain(torch.empty(16, 4095, dtype=torch.bfloat16, device="cuda"), w[:4095])
+    assert "programmatic dependent launch" not in odd, odd
+
+
 @pytest.mark.skipif(not ON_HOPPER, reason="PDL: a CUDA GPU of compute capability 9.0 or later")
 def test_the_default_forward_launches_with_pdl_on_hopper():
     x = torch.randn(4, 4096, dtype=torch.bfloat16).cuda()

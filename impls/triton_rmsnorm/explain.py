@@ -19,12 +19,13 @@ import sys
 
 import torch
 
-from . import common, configs, dispatch, launch, offers
+from . import common, configs, dispatch, forward_launch, launch, offers
 from .function import _rows, _x_rows
 
 
 def _lines(direction: str, dtypes: tuple, residual: bool, n: int, m: int, paths: list,
-           device: torch.device, families: list, element_size: int = 2) -> list[str]:  # fmt: skip
+           device: torch.device, families: list, element_size: int = 2,
+           pdl_kernel: str | None = None) -> list[str]:  # fmt: skip
     choice = dispatch.choose(direction, dtypes, residual, n, m, paths, device)
     offered = ", ".join(dispatch.path_name(p) for p in paths)
     config_text = "heuristic"
@@ -35,7 +36,23 @@ def _lines(direction: str, dtypes: tuple, residual: bool, n: int, m: int, paths:
     return [f"{direction}: {dispatch.path_name(choice.path)}  ({choice.describe()})",
             f"  offered: {offered}", f"  configs: {config_text}",
             *_one_row_tiles_line(choice, m, n, element_size, device),
+            *_pdl_line(choice, pdl_kernel, device),
             *(["  not offered:", *left_out] if left_out else [])]  # fmt: skip
+
+
+def _pdl_line(choice, kernel: str | None, device: torch.device) -> list[str]:
+    """Where the chosen path launches its kernel with programmatic dependent launch
+    (common.pdl_switches: the plain single-tile forward on compute capability >= 9), a line
+    saying so."""
+    if kernel != "rmsnorm_fwd_kernel" or dispatch.path_name(choice.path) != "single_tile":
+        return []
+    if not common.pdl_switches(device):
+        return []
+    return [
+        "  launch: rmsnorm_fwd_kernel with programmatic dependent launch (it may start before "
+        "the kernel ahead finishes and waits on it before any access; RMSNORM_TRITON_PDL=0 "
+        "turns it off)"
+    ]
 
 
 def _one_row_tiles_line(choice, m: int, n: int, element_size: int, device) -> list[str]:
@@ -80,8 +97,9 @@ def explain(
             y.element_size(),
             *(() if residual is None else (residual.element_size(),)),
         )
+        kernel = forward_launch.single_tile_kernel(x2d, y, residual)
         lines += _lines("fwd", (x.dtype, weight.dtype, y.dtype), has_residual, n, m, paths,
-                        x.device, families, min(sizes))  # fmt: skip
+                        x.device, families, min(sizes), kernel)  # fmt: skip
         grad = torch.empty((m, n), dtype=y.dtype, device=x.device) if dy is None else _rows(dy)
         dh = grad if has_residual else None
         paths = launch._backward_paths(x2d, grad, weight, dh)

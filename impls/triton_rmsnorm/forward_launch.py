@@ -51,8 +51,8 @@ def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset,
         **({} if rstd is not None else {"STORE_RSTD": False}),
     }
     dtypes = (x.dtype, weight.dtype, y.dtype)
-    period = 1 if x.dim() == 3 else _row_period(m, n, (x, y, r_arg, h_arg))
-    if period > 1 and block_size(n) >= SHIFTED_FORWARD_FROM_BLOCK_N:
+    period = _single_tile_row_period(x, y, r_arg, h_arg)
+    if period > 1:
         kernel_launch._launch(
             "rmsnorm_fwd_shifted_kernel",
             lambda meta: (_shifted_forward_programs(m, period, meta, x.device),),
@@ -65,6 +65,22 @@ def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset,
         **two_level_switches(x), **common.pdl_switches(x.device),
         adjust=_one_row_tiles(m, n, (x, y, r_arg, h_arg), x.device),
     )  # fmt: skip
+
+
+def _single_tile_row_period(x, y, r_arg, h_arg) -> int:
+    """1 where the plain single-tile kernel serves the rows (rmsnorm_fwd_kernel), else the
+    16-byte residue period of rows that rmsnorm_fwd_shifted_kernel serves (wide rows not all
+    on 16 bytes)."""
+    m, n = y.shape
+    period = 1 if x.dim() == 3 else _row_period(m, n, (x, y, r_arg, h_arg))
+    return period if period > 1 and block_size(n) >= SHIFTED_FORWARD_FROM_BLOCK_N else 1
+
+
+def single_tile_kernel(x, y, residual=None) -> str:
+    """The kernel the single-tile forward launches for these tensors (h is laid out as y)."""
+    r_arg, h_arg = (x, x) if residual is None else (residual, y)
+    period = _single_tile_row_period(x, y, r_arg, h_arg)
+    return "rmsnorm_fwd_kernel" if period == 1 else "rmsnorm_fwd_shifted_kernel"
 
 
 def _one_row_tiles(m: int, n: int, tensors: tuple, device: torch.device):
