@@ -244,6 +244,18 @@ def run(cases: list[dict]) -> list[dict]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def wait_report(ptx: str) -> dict:
+    """How many griddepcontrol.wait the PTX holds, and whether one comes before every global
+    load, store and cp.async (a kernel launched with PDL: WAIT_FOR_PRIOR_GRID)."""
+    wait = ptx.find("griddepcontrol.wait")
+    first_access = re.search(r"\b(?:ld|st)\.global|cp\.async", ptx)
+    return {
+        "waits": ptx.count("griddepcontrol.wait"),
+        "waits before any global access": wait >= 0
+        and (first_access is None or wait < first_access.start()),
+    }
+
+
 def main(cases: list[dict]) -> list[dict]:
     report = []
     for case in cases:
@@ -274,12 +286,7 @@ def main(cases: list[dict]) -> list[dict]:
             found["staged vectors"] = ptx.count("cp.async.cg.shared.global")
             found["vector stores"] = ptx.count("st.global.v4.b32")
         if case.get("report_wait"):  # WAIT_FOR_PRIOR_GRID: the wait comes before any access
-            wait = ptx.find("griddepcontrol.wait")
-            first_access = re.search(r"\b(?:ld|st)\.global|cp\.async", ptx)
-            found["waits"] = ptx.count("griddepcontrol.wait")
-            found["waits before any global access"] = wait >= 0 and (
-                first_access is None or wait < first_access.start()
-            )
+            found.update(wait_report(ptx))
         if case.get("count_fp32_stores"):  # the forwards' rstd: one fp32 a row (STORE_RSTD)
             found["fp32 stores"] = len(re.findall(r"st\.global\.b32", ptx))
         if (

@@ -53,6 +53,8 @@ def compile_case(case: dict):
 
 
 def main(cases: list[dict]) -> list[dict]:
+    from tests import sm90_compile
+
     report = []
     for case in cases:
         compiled = compile_case(case)
@@ -63,17 +65,9 @@ def main(cases: list[dict]) -> list[dict]:
             "div.rn": len(re.findall(r"div\.rn\.f32", ptx)),
             "global stores": len(re.findall(r"st\.global", ptx)),
             "shared bytes": compiled.metadata.shared,
-            "waits": ptx.count("griddepcontrol.wait"),
-            "waits before any global access": _waits_first(ptx),
+            **sm90_compile.wait_report(ptx),
         })  # fmt: skip
     return report
-
-
-def _waits_first(ptx: str) -> bool:
-    """A griddepcontrol.wait comes before every global load, store and cp.async."""
-    wait = ptx.find("griddepcontrol.wait")
-    first_access = re.search(r"\b(?:ld|st)\.global|cp\.async", ptx)
-    return wait >= 0 and (first_access is None or wait < first_access.start())
 
 
 def run(cases: list[dict]) -> list[dict]:

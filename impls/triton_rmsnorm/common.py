@@ -132,21 +132,24 @@ def _hopper_class(device: torch.device) -> bool:
 _PDL_ENABLED = os.environ.get("RMSNORM_TRITON_PDL", "1") != "0"
 
 
-@functools.cache
-def _has_pdl(device_index: int) -> bool:
-    return torch.cuda.get_device_capability(device_index) >= (9, 0)
-
-
 def pdl_switches(device: torch.device) -> dict:
     """The launch keywords of a kernel that may start before the kernel ahead of it finishes
     (programmatic dependent launch, compute capability 9.0 and later, CUDA only): it waits on
     that kernel first thing (WAIT_FOR_PRIOR_GRID), and its launch and prologue overlap the
     previous kernel's tail. Empty under the interpreter, on ROCm and older GPUs, and with
     RMSNORM_TRITON_PDL=0. On the H200 it took 0.4-0.5 us off a decode-sized forward
-    (docs/perf-log.md, twenty-sixth session)."""
+    (docs/perf-log.md, twenty-sixth session). Callers unpack it; never mutate it."""
+    if device.type != "cuda":
+        return {}
+    return _pdl_switches(device.index or 0)
+
+
+@functools.cache
+def _pdl_switches(device_index: int) -> dict:
+    """pdl_switches of a CUDA device, decided once per device (it is on every forward's path)."""
     if not _PDL_ENABLED or interpreting() or torch.version.hip is not None:
         return {}
-    if device.type != "cuda" or not _has_pdl(device.index or 0):
+    if not _hopper_class(torch.device("cuda", device_index)):
         return {}
     return {"WAIT_FOR_PRIOR_GRID": True, "launch_pdl": True}
 
