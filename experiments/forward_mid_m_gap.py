@@ -27,11 +27,10 @@ from ab_timing import SINGLE_TILE_FORWARD, time_runs
 
 from impls import get_backend
 from impls.triton_rmsnorm import common, dispatch, launch, tuning
+from impls.triton_rmsnorm.forward_launch import _single_tile_forward_args
 
 EPS = 1e-6
-SHAPES = [(2048, n) for n in (2560, 3584, 4096, 4608, 5120, 5376, 8192)] + [
-    (16384, n) for n in (3584, 4096)
-]
+SHAPES = [(2048, 4096), (2048, 5376), (2048, 8192), (16384, 4096), (2048, 2560), (2048, 4608)]
 PEERS = ("flashinfer", "flashinfer-nopdl", "cudnn", "quack", "liger-cutedsl", "liger", "compile")
 
 
@@ -81,7 +80,8 @@ def main(out_path: str, dtype_name: str) -> None:
         launch.take_launch_configs()
         reference = launch.rmsnorm_forward(x, w, EPS)[0]
         table = launch.take_launch_configs().get(SINGLE_TILE_FORWARD)
-        args = (x, w, torch.empty_like(x), torch.empty(m, device="cuda"))
+        y, rstd = torch.empty_like(x), torch.empty(m, device="cuda")
+        args = _single_tile_forward_args(x, w, y, rstd, x, x, (n, n, n, n), EPS, 0.0)
         constexprs = {"BLOCK_N": launch.block_size(n), "HAS_RESIDUAL": False,
                       "ROWS_CONTIGUOUS": True}  # fmt: skip
         candidates = launch._candidates(SINGLE_TILE_FORWARD, args, constexprs)
