@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from . import dispatch, dispatch_table, launch
+from . import dispatch, dispatch_table, forward_launch, launch, tuning
 from .dispatch_table import Entry, Table
 
 POWERS_OF_TWO = tuple(2**k for k in range(6, 19))  # 64 .. 262144
@@ -102,6 +102,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "--dtypes and --residual chosen the path and configurations of its "
                         "width's largest M class wherever the width's entries differ (for "
                         "families the GPU check did not reach; see unify_by_largest_class)")  # fmt: skip
+    parser.add_argument("--repick", action="store_true",
+                        help="no sweep: in --out's table, give each forward entry of the --n "
+                        "widths and --m classes (default all) below its width's largest M class "
+                        "the fastest single-tile configuration that keeps that class's bits, "
+                        "measured now (repick_same_bits)")  # fmt: skip
     parser.add_argument("--list", action="store_true", help="print the points and exit")
     return parser.parse_args(argv)
 
@@ -185,6 +190,8 @@ def main(argv=None) -> int:
     device = torch.device("cuda", torch.cuda.current_device())
     name = torch.cuda.get_device_name(device)
     out = args.out or dispatch_table.committed_table_path(name)
+    if args.repick:
+        return _repick_main(args, device, out)
     table = Table.load(out) if args.merge and out.exists() else Table()
     table.meta = {**table.meta, "gpu": name, "made_with": _provenance(args, name)}
     todo = [p for p in points if _point_key(p) not in table]
@@ -221,6 +228,26 @@ def main(argv=None) -> int:
     print(f"tune: wrote {len(table)} entries to {out} ({done} new, {len(failed)} failed) in "
           f"{time.perf_counter() - start:.0f} s", flush=True)  # fmt: skip
     return 1 if failed and not done else 0
+
+
+def _repick_main(args: argparse.Namespace, device: torch.device, out: Path) -> int:
+    if not out.exists():
+        print(f"--out: expected an existing table to re-pick in, got {out}", file=sys.stderr)
+        return 2
+    table = Table.load(out)
+    start = time.perf_counter()
+    with dispatch.tuning(out, allow_group=args.allow_group, into=table):
+        picked = repick_same_bits(
+            table,
+            device,
+            set(args.n) if args.n else None,
+            set(args.m) if args.m else None,
+            {dispatch_table.dtype_name(DTYPE_ALIASES[d]) for d in args.dtypes},
+            {"no": {False}, "yes": {True}, "both": {False, True}}[args.residual],
+        )
+    print(f"tune: re-picked {picked} forward entries in {out} in "
+          f"{time.perf_counter() - start:.0f} s", flush=True)  # fmt: skip
+    return 0
 
 
 def unify_by_largest_class(table: Table, dtypes: set[str], residuals: set[bool]) -> list[Entry]:
@@ -288,28 +315,18 @@ def batch_invariance(table: Table, device: torch.device) -> None:
         if len(choices) == 1:
             continue  # one path and configuration at every M: the same code for every row
         ref = max(entries, key=lambda e: e.m)
-        rows = min(ref.m, INVARIANCE_ROWS)
-        dtype = dispatch_table.parse_dtype(key.dtypes[0])
-        generator = torch.Generator(device=device).manual_seed(n)
-        x = torch.randn((ref.m, n), dtype=dtype, device=device, generator=generator)
-        w = torch.randn((n,), dtype=dtype, device=device, generator=generator)
-        r = torch.randn_like(x) if key.residual else None
-
-        want = _y_rows(x, w, r, rows, ref.m)
+        x, w, r, rows, want = _family_probe(key, n, ref, device)
         for entry in entries:
             if entry is ref:
                 continue
             checked += 1
             if torch.equal(_y_rows(x, w, r, rows, entry.m), want):
                 continue
-            table_entry = dispatch_table.Entry(key, n, entry.m, ref.path, ref.configs)
-            dispatch.add_entry(table_entry)
             replaced += 1
-            same = torch.equal(_y_rows(x, w, r, rows, entry.m), want)
+            taken = _take_same_bits(key, n, entry.m, ref, x, w, r, rows, want)
             print(f"batch invariance: fwd {key.dtypes[0]} {'res' if key.residual else '-'} "
                   f"n={n} m={entry.m}: {entry.path} gave other bits than m={ref.m}'s "
-                  f"{ref.path}; takes m={ref.m}'s choice ({'same bits now' if same else 'STILL DIFFERENT'})",
-                  flush=True)  # fmt: skip
+                  f"{ref.path}; takes {taken}", flush=True)  # fmt: skip
     print(f"batch invariance: {checked} entries checked, {replaced} replaced", flush=True)
     varying = []
     for entry in table.entries():
@@ -323,6 +340,119 @@ def batch_invariance(table: Table, device: torch.device) -> None:
             varying.append(f"{key.dtypes[0]}{'+dh' if key.residual else ''} n={n}")
     print(f"backward widths whose path or configurations change with M (dx rows may differ "
           f"between M classes there): {', '.join(varying) or 'none'}", flush=True)  # fmt: skip
+
+
+def _family_probe(key, n: int, ref, device: torch.device) -> tuple:
+    """A forward family's probe: x of ref.m rows (its largest class), w, r (with a residual),
+    the rows compared, and y of those rows from one call of ref.m rows (what every class of the
+    width must give)."""
+    rows = min(ref.m, INVARIANCE_ROWS)
+    dtype = dispatch_table.parse_dtype(key.dtypes[0])
+    generator = torch.Generator(device=device).manual_seed(n)
+    x = torch.randn((ref.m, n), dtype=dtype, device=device, generator=generator)
+    w = torch.randn((n,), dtype=dtype, device=device, generator=generator)
+    r = torch.randn_like(x) if key.residual else None
+    return x, w, r, rows, _y_rows(x, w, r, rows, ref.m)
+
+
+@torch.no_grad()
+def repick_same_bits(
+    table: Table, device: torch.device, widths, row_classes, dtypes=None, residuals=None
+) -> int:
+    """Each forward entry at these widths and M classes, of these dtypes (names) and residual
+    flags (each None: all), below its family's largest
+    class takes the fastest single-tile configuration that gives a row the largest class's
+    bits, measured now (_take_same_bits): for a table tuned before a change to the kernel or its
+    launch (programmatic dependent launch, say) made other configurations faster. Families
+    whose largest class is another path keep their entries. Run inside the tuning session.
+    Returns the entries re-picked."""
+    families: dict[tuple, list] = {}
+    for entry in table.entries():
+        key = entry.key
+        if (
+            key.direction == "fwd"
+            and (widths is None or entry.n in widths)
+            and (dtypes is None or key.dtypes[0] in dtypes)
+            and (residuals is None or key.residual in residuals)
+        ):
+            families.setdefault((key, entry.n), []).append(entry)
+    picked = 0
+    for (key, n), entries in families.items():
+        ref = max(entries, key=lambda e: e.m)
+        todo = [e for e in entries if e is not ref and (row_classes is None or e.m in row_classes)]
+        if not todo or ref.path != "single_tile":
+            continue
+        x, w, r, rows, want = _family_probe(key, n, ref, device)
+        for entry in todo:
+            t0 = time.perf_counter()
+            taken = _take_same_bits(key, n, entry.m, ref, x, w, r, rows, want)
+            picked += 1
+            print(f"repick: fwd {key.dtypes[0]} {'res' if key.residual else '-'} n={n} "
+                  f"m={entry.m}: was {_short(entry)}; takes {taken} "
+                  f"({time.perf_counter() - t0:.1f} s)", flush=True)  # fmt: skip
+    return picked
+
+
+#: The kernel whose configurations same_bits_configs re-picks (the plain single-tile forward).
+SINGLE_TILE_FORWARD = "rmsnorm_fwd_kernel"
+
+
+def _take_same_bits(key, n: int, m: int, ref, x, w, r, rows: int, want) -> str:
+    """Give the entry at m the fastest single-tile configuration whose rows keep want's bits
+    (same_bits_configs), else ref's path and configurations; add it to the session's table and
+    check through the runtime's dispatch that a default call now gives want. Says what it took."""
+    picked = fastest_same_bits(n, m, ref, x, w, r, rows, want)
+    if picked is not None:
+        dispatch.add_entry(
+            dispatch_table.Entry(key, n, m, "single_tile", {SINGLE_TILE_FORWARD: picked})
+        )
+        if torch.equal(_y_rows(x, w, r, rows, m), want):
+            return f"single_tile {picked} (the fastest with m={ref.m}'s bits)"
+    dispatch.add_entry(dispatch_table.Entry(key, n, m, ref.path, ref.configs))
+    same = torch.equal(_y_rows(x, w, r, rows, m), want)
+    return f"m={ref.m}'s choice ({'same bits now' if same else 'STILL DIFFERENT'})"
+
+
+def same_bits_configs(n: int, m: int, x, w, r, rows: int, want) -> list[dict]:
+    """The plain single-tile forward's configurations tried at m rows (the runtime tuner's
+    candidates, launch._candidates) whose y rows, computed in calls of m rows forced at each
+    (dispatch.override), are bitwise want: the same reduction tree as want's, whatever their
+    grid, pipelining or rows a tile."""
+    xm = x[:m]
+    rm = None if r is None else r[:m]
+    y = torch.empty_like(xm)
+    rstd = torch.empty(m, dtype=torch.float32, device=x.device)
+    args = forward_launch._single_tile_forward_args(
+        xm, w, y, rstd, xm if rm is None else rm, xm if rm is None else torch.empty_like(xm),
+        (n, n, n, n), EPS, 0.0,
+    )  # fmt: skip
+    constexprs = {"BLOCK_N": launch.block_size(n), "HAS_RESIDUAL": rm is not None,
+                  "ROWS_CONTIGUOUS": True}  # fmt: skip
+    kept = []
+    for config in launch._candidates(SINGLE_TILE_FORWARD, args, constexprs):
+        with dispatch.override(forward="single_tile",
+                               forward_configs={SINGLE_TILE_FORWARD: config}):  # fmt: skip
+            if torch.equal(_y_rows(x, w, r, rows, m), want):
+                kept.append(config)
+    return kept
+
+
+def fastest_same_bits(n: int, m: int, ref, x, w, r, rows: int, want) -> dict | None:
+    """The fastest of same_bits_configs at m rows by the tuner's own timer (tuning.fastest, two
+    passes), ref's configuration among them where ref is a plain single tile; None where ref is
+    another path (its bits come from another kernel) or no configuration keeps the bits."""
+    if ref.path != "single_tile" or set(ref.configs) != {SINGLE_TILE_FORWARD}:
+        return None
+    candidates = same_bits_configs(n, m, x, w, r, rows, want)
+    if ref.configs[SINGLE_TILE_FORWARD] not in candidates:
+        candidates.append(ref.configs[SINGLE_TILE_FORWARD])
+
+    def run(config, a):
+        with dispatch.override(forward="single_tile",
+                               forward_configs={SINGLE_TILE_FORWARD: config}):  # fmt: skip
+            launch.rmsnorm_forward(a[0], a[1], EPS, 0.0, None, a[2])
+
+    return tuning.fastest(candidates, run, (x[:m], w, None if r is None else r[:m]), passes=2)
 
 
 def _y_rows(x, w, r, rows: int, m: int) -> torch.Tensor:
