@@ -23,7 +23,17 @@ from pathlib import Path
 
 import torch
 
-from . import dispatch, dispatch_table, forward_launch, launch, tuning
+from . import (
+    common,
+    configs,
+    dispatch,
+    dispatch_table,
+    forward_launch,
+    kernel_launch,
+    kernels,
+    launch,
+    tuning,
+)
 from .dispatch_table import Entry, Table
 
 POWERS_OF_TWO = tuple(2**k for k in range(6, 19))  # 64 .. 262144
@@ -428,8 +438,20 @@ def same_bits_configs(n: int, m: int, x, w, r, rows: int, want) -> list[dict]:
     )  # fmt: skip
     constexprs = {"BLOCK_N": launch.block_size(n), "HAS_RESIDUAL": rm is not None,
                   "ROWS_CONTIGUOUS": True}  # fmt: skip
+    candidates = launch._candidates(SINGLE_TILE_FORWARD, args, constexprs)
+    if not common.interpreting():  # every candidate compiled at once, as a tuning does
+        switches = {**constexprs, **common.pdl_switches(x.device), "HOLD_STORAGE_FORM":
+                    forward_launch.forward_holds_storage_form(launch.block_size(n), x.dtype)}  # fmt: skip
+
+        def grid(meta):
+            return (configs._tile_programs(m, meta, x.device),)
+
+        kernel_launch._compile_in_parallel(getattr(kernels, SINGLE_TILE_FORWARD), args, [
+            configs._kernel_grid_and_meta(SINGLE_TILE_FORWARD, grid, {**switches, **config})
+            for config in candidates
+        ])  # fmt: skip
     kept = []
-    for config in launch._candidates(SINGLE_TILE_FORWARD, args, constexprs):
+    for config in candidates:
         with dispatch.override(forward="single_tile",
                                forward_configs={SINGLE_TILE_FORWARD: config}):  # fmt: skip
             if torch.equal(_y_rows(x, w, r, rows, m), want):
