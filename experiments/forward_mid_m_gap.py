@@ -14,8 +14,9 @@ over rotating inputs past the L2), all in one process, interleaved, the best of 
 - the peers that lead there, from the registry (flashinfer, flashinfer-nopdl, cudnn, quack,
   liger-cutedsl, liger, compile), where they are installed, as the harness builds them.
 
-Run from the repository root on the H200, the peers' environment sourced:
-    PYTHONPATH=. python experiments/forward_mid_m_gap.py out.json [bf16|fp16]
+Run from the repository root on the H200, the peers' environment sourced (keep its PYTHONPATH:
+a bare PYTHONPATH=. hides the peers, as in the first two runs):
+    PYTHONPATH=.:experiments:$PYTHONPATH python experiments/forward_mid_m_gap.py out.json [bf16|fp16]
 """
 
 import json

@@ -245,6 +245,11 @@ def _repick_main(args: argparse.Namespace, device: torch.device, out: Path) -> i
         print(f"--out: expected an existing table to re-pick in, got {out}", file=sys.stderr)
         return 2
     table = Table.load(out)
+    table.meta = {**table.meta, "repicked": [*table.meta.get("repicked", ()), {
+        **_provenance(args, torch.cuda.get_device_name(device)),
+        "dtypes": list(args.dtypes), "residual": args.residual,
+        "n": list(args.n) if args.n else "all", "m": list(args.m) if args.m else "all",
+    }]}  # fmt: skip
     start = time.perf_counter()
     with dispatch.tuning(out, allow_group=args.allow_group, into=table):
         picked = repick_same_bits(
@@ -423,11 +428,11 @@ def _take_same_bits(key, n: int, m: int, ref, x, w, r, rows: int, want) -> str:
     return f"m={ref.m}'s choice ({'same bits now' if same else 'STILL DIFFERENT'})"
 
 
-def same_bits_configs(n: int, m: int, x, w, r, rows: int, want) -> list[dict]:
+def same_bits_configs(n: int, m: int, x, w, r, rows: int, want, also=()) -> list[dict]:
     """The plain single-tile forward's configurations tried at m rows (the runtime tuner's
-    candidates, launch._candidates) whose y rows, computed in calls of m rows forced at each
-    (dispatch.override), are bitwise want: the same reduction tree as want's, whatever their
-    grid, pipelining or rows a tile."""
+    candidates, launch._candidates, and those of `also` not among them) whose y rows, computed
+    in calls of m rows forced at each (dispatch.override), are bitwise want: the same reduction
+    tree as want's, whatever their grid, pipelining or rows a tile."""
     xm = x[:m]
     rm = None if r is None else r[:m]
     y = torch.empty_like(xm)
@@ -439,6 +444,7 @@ def same_bits_configs(n: int, m: int, x, w, r, rows: int, want) -> list[dict]:
     constexprs = {"BLOCK_N": launch.block_size(n), "HAS_RESIDUAL": rm is not None,
                   "ROWS_CONTIGUOUS": True}  # fmt: skip
     candidates = launch._candidates(SINGLE_TILE_FORWARD, args, constexprs)
+    candidates += [c for c in also if c not in candidates]
     if not common.interpreting():  # every candidate compiled at once, as a tuning does
         switches = {**constexprs, **common.pdl_switches(x.device), "HOLD_STORAGE_FORM":
                     forward_launch.forward_holds_storage_form(launch.block_size(n), x.dtype)}  # fmt: skip
@@ -461,13 +467,13 @@ def same_bits_configs(n: int, m: int, x, w, r, rows: int, want) -> list[dict]:
 
 def fastest_same_bits(n: int, m: int, ref, x, w, r, rows: int, want) -> dict | None:
     """The fastest of same_bits_configs at m rows by the tuner's own timer (tuning.fastest, two
-    passes), ref's configuration among them where ref is a plain single tile; None where ref is
-    another path (its bits come from another kernel) or no configuration keeps the bits."""
+    passes), ref's configuration tried with the candidates; None where ref is another path
+    (its bits come from another kernel) or no configuration keeps the bits."""
     if ref.path != "single_tile" or set(ref.configs) != {SINGLE_TILE_FORWARD}:
         return None
-    candidates = same_bits_configs(n, m, x, w, r, rows, want)
-    if ref.configs[SINGLE_TILE_FORWARD] not in candidates:
-        candidates.append(ref.configs[SINGLE_TILE_FORWARD])
+    candidates = same_bits_configs(n, m, x, w, r, rows, want, [ref.configs[SINGLE_TILE_FORWARD]])
+    if not candidates:
+        return None
 
     def run(config, a):
         with dispatch.override(forward="single_tile",
