@@ -81,6 +81,17 @@ def force_paths():
         yield lambda **names: stack.enter_context(dispatch.override(**names, offered_only=False))
 
 
+@pytest.fixture
+def pretend_device():
+    """pretend_device(sm_count=..., capability=..., shared_bytes_per_block=...,
+    shared_bytes_per_sm=..., inline_ptx=...): every device has these facts for the rest of the
+    test (dispatch.pretend_device, held open until the test ends; a later call's facts win)."""
+    from impls.triton_rmsnorm import dispatch
+
+    with contextlib.ExitStack() as stack:
+        yield lambda **facts: stack.enter_context(dispatch.pretend_device(**facts))
+
+
 @pytest.fixture(autouse=True)
 def _fresh_replays(monkeypatch):
     """Each test starts with no recorded replays (impls/triton_rmsnorm/launch.py): a signature

@@ -29,6 +29,11 @@ from tests.conftest import DEVICE, ON_GPU
 TOL = TOLERANCES[get_backend("triton").numerics]
 #: An NVIDIA GPU: the inline PTX (HOLD_STORAGE_FORM) and the Gluon kernels run there only.
 ON_NVIDIA_GPU = DEVICE == "cuda" and torch.version.hip is None
+#: The H200's facts, for dispatch.pretend_device (tests of its choices on any machine): 132
+#: SMs, compute capability 9.0, 227 KB of shared memory a program and 228 KB an SM, 60 MB of L2,
+#: inline PTX.
+H200_FACTS = {"sm_count": 132, "capability": (9, 0), "shared_bytes_per_block": 232448,
+              "shared_bytes_per_sm": 233472, "l2_bytes": 62914560, "inline_ptx": True}  # fmt: skip
 
 
 def needs_gpu(why: str) -> pytest.MarkDecorator:

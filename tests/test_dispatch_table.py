@@ -12,6 +12,7 @@ import torch
 from impls.triton_rmsnorm import direct, dispatch, dispatch_table, launch, replays
 from impls.triton_rmsnorm.dispatch_table import Entry, Key, Table
 from tests.conftest import DEVICE
+from tests.helpers import H200_FACTS
 
 BF16 = ("bfloat16",) * 3
 KEY = Key("fwd", BF16, False)
@@ -364,6 +365,94 @@ def test_unify_without_gpu_gives_each_width_its_largest_m_class_pick(tmp_path):
     assert tune.main(["--unify-without-gpu", "--out", str(tmp_path / "missing.json")]) == 2
 
 
+#: A forward family on the CPU for the same-bits re-pick: 64 rows of 256 bf16 columns (its
+#: largest class) and a smaller class of 8 rows.
+_REPICK_N, _REPICK_REF_M, _REPICK_M = 256, 64, 8
+_REF_CONFIG = {
+    "BLOCK_M": 4,
+    "PROGRAMS_PER_SM": 0,
+    "LOOP_STAGES": 1,
+    "num_warps": 1,
+    "num_stages": 1,
+}
+
+
+def _repick_family():
+    from impls.triton_rmsnorm import tune
+
+    ref = Entry(KEY, _REPICK_N, _REPICK_REF_M, "single_tile", {"rmsnorm_fwd_kernel": _REF_CONFIG})
+    return tune, ref, tune._family_probe(KEY, _REPICK_N, ref, torch.device(DEVICE))
+
+
+def test_same_bits_configs_keep_exactly_the_configurations_that_give_the_wanted_bits():
+    """tune.same_bits_configs: the tuner's candidates at m rows (and `also`) whose y rows, forced
+    at each, are bitwise the largest class's; none when the wanted rows differ in one element.
+    (On the CPU every configuration gives the same bits: the interpreter's sums do not follow
+    the warps; the GPU re-pick's log shows the filter at work, probes/*-tune-repick.log.)"""
+    tune, ref, (x, w, r, rows, want) = _repick_family()
+    kept = tune.same_bits_configs(_REPICK_N, _REPICK_M, x, w, r, rows, want, [_REF_CONFIG])
+    assert kept and _REF_CONFIG in kept
+    assert all(set(c) == set(_REF_CONFIG) for c in kept)
+    with dispatch.override(forward="single_tile", forward_configs={"rmsnorm_fwd_kernel": kept[-1]}):
+        assert torch.equal(tune._y_rows(x, w, r, rows, _REPICK_M), want)
+    other = want.clone()
+    other[rows - 1, 7] = other[rows - 1, 7] * 2 + 1
+    assert tune.same_bits_configs(_REPICK_N, _REPICK_M, x, w, r, rows, other) == []
+
+
+def test_repick_takes_the_fastest_same_bits_configuration_below_the_largest_class(monkeypatch):
+    """tune.repick_same_bits: an entry below its width's largest class takes the configuration
+    the tuner's timer (tuning.fastest, stubbed here: it picks the candidate of most warps)
+    finds fastest among those keeping the largest class's bits; the largest class, classes not
+    asked for, other dtypes and a family whose largest class is another path are left alone."""
+    from impls.triton_rmsnorm import tuning
+
+    tune, ref, _ = _repick_family()
+    seen = []
+
+    def most_warps(candidates, run, args, passes=1):
+        seen.append(list(candidates))
+        return max(candidates, key=lambda c: (c["num_warps"], c["BLOCK_M"]))
+
+    monkeypatch.setattr(tuning, "fastest", most_warps)
+    old = {"rmsnorm_fwd_kernel": {**_REF_CONFIG, "BLOCK_M": 8, "num_warps": 2}}
+    fp16 = Key("fwd", ("float16",) * 3, False)
+    looped = Entry(KEY, 512, 64, "looped", {})
+    table = Table([
+        ref, Entry(KEY, _REPICK_N, _REPICK_M, "single_tile", old),
+        Entry(KEY, _REPICK_N, 1, "single_tile", old),  # a class not asked for
+        Entry(fp16, _REPICK_N, _REPICK_M, "single_tile", old), Entry(fp16, _REPICK_N, 64, "single_tile", old),
+        looped, Entry(KEY, 512, 8, "single_tile", old),  # its largest class is another path
+    ])  # fmt: skip
+    with dispatch.tuning(None, into=table):
+        picked = tune.repick_same_bits(table, torch.device(DEVICE), None, {_REPICK_M},
+                                       {"bfloat16"}, {False})  # fmt: skip
+    assert picked == 1 and len(seen) == 1 and _REF_CONFIG in seen[0]
+    got = table.lookup(KEY, _REPICK_N, _REPICK_M)
+    fastest = max(seen[0], key=lambda c: (c["num_warps"], c["BLOCK_M"]))
+    assert fastest not in (_REF_CONFIG, old["rmsnorm_fwd_kernel"])
+    assert got.path == "single_tile" and got.configs == {"rmsnorm_fwd_kernel": fastest}
+    assert table.lookup(KEY, _REPICK_N, _REPICK_REF_M).configs == ref.configs
+    assert table.lookup(KEY, _REPICK_N, 1).configs == old
+    assert table.lookup(fp16, _REPICK_N, _REPICK_M).configs == old
+    assert table.lookup(KEY, 512, 8).configs == old
+
+
+def test_take_same_bits_falls_back_to_the_largest_class_where_no_configuration_keeps_its_bits():
+    """tune._take_same_bits (batch_invariance's step for an entry whose bits differ): with no
+    configuration giving the wanted rows, the entry takes the largest class's path and
+    configurations, and says the bits still differ."""
+    tune, ref, (x, w, r, rows, want) = _repick_family()
+    other = want.clone()
+    other[0, 0] = other[0, 0] * 2 + 1
+    table = Table([ref, Entry(KEY, _REPICK_N, _REPICK_M, "looped", {})])
+    with dispatch.tuning(None, into=table):
+        said = tune._take_same_bits(KEY, _REPICK_N, _REPICK_M, ref, x, w, r, rows, other)
+    assert said == f"m={_REPICK_REF_M}'s choice (STILL DIFFERENT)"
+    got = table.lookup(KEY, _REPICK_N, _REPICK_M)
+    assert (got.path, got.configs) == (ref.path, ref.configs)
+
+
 def test_choose_says_where_each_choice_comes_from(monkeypatch):
     """dispatch.choose (what dispatch.run runs, and explain shows) on a CUDA device without a
     GPU: the table's entry when its path is offered, the default when it is not or there is
@@ -424,23 +513,19 @@ def test_explain_names_each_directions_path_source_and_configs(capsys):
 
 
 @pytest.mark.parametrize("gpu", [False, True], ids=["cpu", "simulated-h200"])
-def test_offers_give_the_launchers_paths_with_a_reason_for_each_left_out(monkeypatch, gpu):
+def test_offers_give_the_launchers_paths_with_a_reason_for_each_left_out(
+    pretend_device, monkeypatch, gpu
+):
     """offers.py (explain's reasons) and the launcher's fast path lists agree on every call of
     a grid (widths across every threshold, M below and above the SM count, 16- and 32-bit,
     residual or not, aligned or not), on this machine and on a simulated Hopper-class GPU;
     every family left out says why."""
-    from impls.triton_rmsnorm import backward_launch, common, held_paths, offers
+    from impls.triton_rmsnorm import held_paths, offers
 
     if gpu:
         if held_paths.gluon_kernels is None:
             pytest.skip("Gluon is not available in this Triton")
-        monkeypatch.setattr(common, "_inline_ptx_runs", lambda: True)
-        monkeypatch.setattr(common, "_hopper_class", lambda device: True)
-        monkeypatch.setattr(common, "_sm_count", lambda index: 132)
-        monkeypatch.setattr(common, "_programs_cap", lambda device: 132)
-        monkeypatch.setattr(common, "_shared_bytes_per_block", lambda index: 232448)
-        monkeypatch.setattr(common, "_shared_bytes_per_sm", lambda index: 233472)
-        monkeypatch.setattr(backward_launch, "_two_role_fits_device", lambda device, b: True)
+        pretend_device(**H200_FACTS)
     widths = [64, 1000, 4096, 16384, 16392, 32768, 65536, 65552, 131072, 262144]
     for n in widths:
         for m, dtype, residual, skew in [(4, torch.bfloat16, False, 0), (512, torch.float16, False, 0),
@@ -496,3 +581,49 @@ def test_forced_forward_configurations_launch_as_given():
                                      "num_warps": 8, "num_stages": 1}}  # fmt: skip
     with dispatch.override(forward="single_tile", forward_configs=forced):
         assert forward_launch._one_row_tiles(16, 8192, (x,), torch.device("cpu")) is None
+
+
+def test_pretend_device_gives_every_device_its_facts_nests_and_forgets_cached_answers():
+    """dispatch.pretend_device: inside the block every device (the CPU's interpreter included)
+    reads the facts given, the inner block winning per fact; outside, its own again; cached
+    answers computed from the facts (the grouped backward's programs an SM) are forgotten on
+    entering and leaving; a fact it does not know, or a value of the wrong kind, is refused by
+    name."""
+    from impls.triton_rmsnorm import common, held_paths
+
+    cpu = torch.device("cpu")
+    own = (common._programs_cap(cpu), common._hopper_class(cpu), common._inline_ptx_runs())
+    config = launch.HELD_GROUP_BACKWARDS[0]
+    with dispatch.pretend_device(sm_count=132, capability=(9, 0), inline_ptx=True,
+                                 shared_bytes_per_block=232448, shared_bytes_per_sm=233472):  # fmt: skip
+        assert common._programs_cap(cpu) == 132 and common._sm_count(0) == 132
+        assert common._hopper_class(cpu) and common._inline_ptx_runs()
+        assert common._shared_bytes_per_block(0) == 232448
+        wide = held_paths._held_group_backward_programs_per_sm(0, config)
+        with dispatch.pretend_device(sm_count=8, shared_bytes_per_sm=config_bytes_for_one(config)):
+            assert common._programs_cap(cpu) == 8 and common._hopper_class(cpu)  # outer kept
+            assert held_paths._held_group_backward_programs_per_sm(0, config) == 1 < wide
+        assert common._programs_cap(cpu) == 132
+        assert held_paths._held_group_backward_programs_per_sm(0, config) == wide
+        with dispatch.pretend_device(capability=(8, 0)):
+            assert not common._hopper_class(cpu)
+    assert (common._programs_cap(cpu), common._hopper_class(cpu), common._inline_ptx_runs()) == own
+    for facts, error, named in [
+        ({"sms": 132}, TypeError, "sms"),
+        ({"sm_count": 0}, ValueError, "sm_count"),
+        ({"sm_count": 13.0}, ValueError, "sm_count"),
+        ({"capability": "9.0"}, ValueError, "capability"),
+        ({"inline_ptx": 1}, ValueError, "inline_ptx"),
+        ({"shared_bytes_per_sm": -1}, ValueError, "shared_bytes_per_sm"),
+    ]:
+        with pytest.raises(error, match=named), dispatch.pretend_device(**facts):
+            pass
+    assert common._PRETENDED == {}
+
+
+def config_bytes_for_one(config) -> int:
+    """Shared memory an SM needs for one program of the grouped backward's configuration."""
+    from impls.triton_rmsnorm import held_paths
+
+    reserved = held_paths.SHARED_BYTES_RESERVED_PER_PROGRAM
+    return held_paths._held_group_backward_shared_bytes(config) + reserved

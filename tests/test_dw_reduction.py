@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from impls.triton_rmsnorm import common, launch
+from impls.triton_rmsnorm import launch
 from tests.conftest import DEVICE
 
 ROWS = [1, 2, 5, 16, 17, 132]
@@ -36,10 +36,10 @@ def test_dw_reduction_sums_every_column(rows, n):
 
 
 @pytest.mark.parametrize("rows", [1, 2, 16, 17, 132])
-def test_dw_reduction_tile_fits_the_kernel(monkeypatch, rows):
+def test_dw_reduction_tile_fits_the_kernel(pretend_device, monkeypatch, rows):
     """On an H200's 132 SMs: few rows get a wide tile that still leaves every SM a program (up to
     DW_REDUCE_MAX_BLOCK_N columns), many rows the 32-column one; every tile a power of two."""
-    monkeypatch.setattr(common, "_programs_cap", lambda device: 132)
+    pretend_device(sm_count=132)
     for n in (4096, 131072, 1 << 20):
         block_rows, block_n, warps = launch.dw_reduce_tile(rows, n, torch.device("cpu"))
         assert block_rows >= rows and block_rows & (block_rows - 1) == 0
@@ -68,11 +68,11 @@ def test_dw_reduction_over_more_rows_than_one_tile_holds_and_repeats_its_bits():
 
 
 @pytest.mark.parametrize("per_sm", [1, 6])
-def test_group_counts_cover_every_row_once(monkeypatch, per_sm):
+def test_group_counts_cover_every_row_once(pretend_device, monkeypatch, per_sm):
     """launch._group_count (the grouped forward's groups, which take rows g, g + G, ...) and
     launch._row_groups (the grouped backward's contiguous chunks): at least one group and at
     most m, within the program slots, every row in exactly one group, no group without rows."""
-    monkeypatch.setattr(common, "_programs_cap", lambda device: 132)
+    pretend_device(sm_count=132)
     device = torch.device("cpu")
     for m in (1, 2, 5, 23, 24, 25, 64, 300, 513):
         for group in (1, 4, 32, 64, 256):

@@ -15,7 +15,7 @@ from impls.triton_rmsnorm import common, dispatch, held_launch, held_paths, laun
 from tests import sm90_compile
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
-from tests.helpers import ON_NVIDIA_GPU, TOL
+from tests.helpers import H200_FACTS, ON_NVIDIA_GPU, TOL
 from tests.helpers import assert_matches_oracle as _assert_matches_oracle
 from tests.test_held_row_backward import (
     assert_every_slice_published,
@@ -34,12 +34,11 @@ needs_held_row_gpu = pytest.mark.skipif(
 )
 
 
-def test_launch_offers_it_for_aligned_16_bit_rows_past_the_single_tile(monkeypatch):
+def test_launch_offers_it_for_aligned_16_bit_rows_past_the_single_tile(pretend_device, monkeypatch):
     """The decision, with the device's part (shared memory, NVIDIA, not the interpreter) taken
     as given: 16-bit, SINGLE_TILE_MAX_N < N <= HELD_ROW_MAX_N, N a multiple of 8, rows of x and
     y 16-byte aligned, no residual, Gluon present."""
-    monkeypatch.setattr(common, "_inline_ptx_runs", lambda: True)
-    monkeypatch.setattr(held_paths, "_held_row_fits_device", lambda device, n: True)
+    pretend_device(**H200_FACTS)
     bf16 = torch.bfloat16
 
     def offered(n, dtype=bf16, has_residual=False, width=None, start=0):
@@ -61,7 +60,7 @@ def test_launch_offers_it_for_aligned_16_bit_rows_past_the_single_tile(monkeypat
     assert not offered(WIDEST)
 
 
-def test_device_part_of_the_decision(monkeypatch):
+def test_device_part_of_the_decision(pretend_device, monkeypatch):
     """Compute capability 9.0 or later, and the shared memory its buffers need: 2 buffers up to
     98304 columns (131 KB), 3 beyond (196 KB)."""
     cuda = torch.device("cuda", 0)
@@ -72,8 +71,7 @@ def test_device_part_of_the_decision(monkeypatch):
         ((9, 0), 166912, 98304, True),
         ((8, 0), 232448, 98304, False),
     ]:
-        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index, c=capability: c)
-        monkeypatch.setattr(common, "_shared_bytes_per_block", lambda index, s=shared: s)
+        pretend_device(capability=capability, shared_bytes_per_block=shared)
         assert held_paths._held_row_fits_device(cuda, n) is fits, (capability, shared, n)
 
 
@@ -164,12 +162,11 @@ CONFIGS = held_paths.HELD_GROUP_FORWARDS
 CONFIG_IDS = [f"{c.slice_n}-column slices" for c in CONFIGS]
 
 
-def test_launch_offers_the_group_past_the_single_tile(monkeypatch):
+def test_launch_offers_the_group_past_the_single_tile(pretend_device, monkeypatch):
     """Past SINGLE_TILE_MAX_N (beside the held row up to HELD_ROW_MAX_N): 16-bit x and w, N a
     multiple of 8, x's and y's rows and w on 16 bytes, no residual, Gluon present; every
     configuration the device fits (here all: the device's part taken as given)."""
-    monkeypatch.setattr(common, "_inline_ptx_runs", lambda: True)
-    monkeypatch.setattr(held_paths, "_held_group_forward_fits_device", lambda device, n, c: True)
+    pretend_device(**H200_FACTS)
     bf16 = torch.bfloat16
 
     def offered(n, dtype=bf16, w_dtype=bf16, has_residual=False, width=None, start=0, w_start=0):
@@ -196,9 +193,9 @@ def test_launch_offers_the_group_past_the_single_tile(monkeypatch):
     assert not offered(GROUPED)
 
 
-def test_launch_offers_the_configurations_the_device_fits(monkeypatch):
+def test_launch_offers_the_configurations_the_device_fits(pretend_device, monkeypatch):
     """Each configuration on its own: one the device does not fit is left out."""
-    monkeypatch.setattr(common, "_inline_ptx_runs", lambda: True)
+    pretend_device(inline_ptx=True)
     x = torch.zeros(2, GROUPED, dtype=torch.bfloat16)
     for fitting in CONFIGS:
         monkeypatch.setattr(held_paths, "_held_group_forward_fits_device",
@@ -207,13 +204,13 @@ def test_launch_offers_the_configurations_the_device_fits(monkeypatch):
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=CONFIG_IDS)
-def test_device_part_of_the_group_forward_decision(monkeypatch, config):
+def test_device_part_of_the_group_forward_decision(pretend_device, monkeypatch, config):
     """Compute capability 9.0 or later, the shared memory of a program (its ring slots and w's
     slice, with the scratch), and a program slot for every slice of a row at up to the
     configuration's programs an SM (as many as the SM's shared memory holds)."""
     assert not held_paths._held_group_forward_fits_device(torch.device("cpu"), GROUPED, config)
     cuda = torch.device("cuda", 0)
-    monkeypatch.setattr(common, "_sm_count", lambda index: 132)
+    pretend_device(sm_count=132)
     shared = launch._held_group_forward_shared_bytes(config)
     assert shared == (config.ring + 1) * config.slice_n * 2 + launch.HELD_ROW_SCRATCH_BYTES
     every_slot = config.per_sm * 132 * config.slice_n
@@ -226,32 +223,23 @@ def test_device_part_of_the_group_forward_decision(monkeypatch, config):
         ((9, 0), shared - 1, config.per_sm, GROUPED, False),
         ((8, 0), 232448, config.per_sm, GROUPED, False),
     ]:
-        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index, c=capability: c)
-        monkeypatch.setattr(common, "_shared_bytes_per_block", lambda index, s=block: s)
+        pretend_device(capability=capability, shared_bytes_per_block=block)
         monkeypatch.setattr(held_paths, "_held_group_forward_programs_per_sm",
                             lambda i, c, p=per_sm: p)  # fmt: skip
         assert held_paths._held_group_forward_fits_device(cuda, n, config) is fits, (block, n)
 
 
-def test_programs_an_sm_follow_its_shared_memory(monkeypatch):
+def test_programs_an_sm_follow_its_shared_memory(pretend_device):
     """Each configuration's programs an SM (6 and 4) where 228 KB an SM holds them (the H100's
-    and H200's), fewer where less."""
-
-    class Props:
-        shared_memory_per_multiprocessor = 233472
-
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Props())
+    and H200's), fewer where less (each pretend_device call forgets the cached answers)."""
 
     def per_sm() -> list[int]:
-        held_paths._held_group_forward_programs_per_sm.cache_clear()
         return [held_paths._held_group_forward_programs_per_sm(0, c) for c in CONFIGS]
 
-    try:
-        assert per_sm() == [6, 4]
-        Props.shared_memory_per_multiprocessor = 167936  # 164 KB: the A100's
-        assert per_sm() == [4, 3]
-    finally:
-        held_paths._held_group_forward_programs_per_sm.cache_clear()
+    pretend_device(shared_bytes_per_sm=233472)
+    assert per_sm() == [6, 4]
+    pretend_device(shared_bytes_per_sm=167936)  # 164 KB: the A100's
+    assert per_sm() == [4, 3]
 
 
 @pytest.mark.parametrize("n", [GROUPED, WIDEST], ids=["past the held row", "beside it"])

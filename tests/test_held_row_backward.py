@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from harness.inputs import make_inputs
-from impls.triton_rmsnorm import backward_launch, common, dispatch, held_launch, held_paths, launch
+from impls.triton_rmsnorm import backward_launch, dispatch, held_launch, held_paths, launch
 from impls.triton_rmsnorm.paths import Path
 from tests import sm90_compile
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
-from tests.helpers import ON_NVIDIA_GPU
+from tests.helpers import H200_FACTS, ON_NVIDIA_GPU
 from tests.helpers import assert_matches_oracle as _assert_matches_oracle
 from tests.helpers import check_residual as _check_residual
 
@@ -34,7 +34,7 @@ needs_held_row_gpu = pytest.mark.skipif(
 )
 
 
-def test_launch_offers_it_for_aligned_16_bit_rows_past_the_single_tile(monkeypatch):
+def test_launch_offers_it_for_aligned_16_bit_rows_past_the_single_tile(pretend_device, monkeypatch):
     """16-bit x, dy and w, BACKWARD_SINGLE_TILE_MAX_N < N <= HELD_BACKWARD_MAX_N, N a multiple
     of 16, every row and w on 16 bytes (dh_out's too), Gluon present."""
     bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
@@ -45,8 +45,7 @@ def test_launch_offers_it_for_aligned_16_bit_rows_past_the_single_tile(monkeypat
         w = torch.zeros(n, dtype=w_dtype or x_dtype)
         return launch.backward_holds_row_on_chip(x, dy, w, dh)
 
-    monkeypatch.setattr(common, "_inline_ptx_runs", lambda: True)
-    monkeypatch.setattr(held_paths, "_held_row_backward_fits_device", lambda device, n: True)
+    pretend_device(**H200_FACTS)
     assert offered(WIDEST) and offered(NARROWEST) and offered(WIDEST, fp16)
     assert offered(WIDEST, bf16, fp16, fp16)  # any 16-bit dtypes
     assert offered(WIDEST - 64, width=WIDEST)  # strided rows, aligned
@@ -71,7 +70,7 @@ def test_launch_offers_it_for_aligned_16_bit_rows_past_the_single_tile(monkeypat
     assert not offered(WIDEST)
 
 
-def test_device_part_of_the_decision(monkeypatch):
+def test_device_part_of_the_decision(pretend_device, monkeypatch):
     """A CUDA device of compute capability 9.0 or later whose shared memory takes w and at least
     a row's ring slots (16 KB of x and 16 KB of dy a slot); the ring takes the most that fit."""
     assert not held_paths._held_row_backward_fits_device(torch.device("cpu"), WIDEST)
@@ -84,8 +83,7 @@ def test_device_part_of_the_decision(monkeypatch):
         ((9, 0), 166912, 20480, 3, True),
         ((8, 0), HOPPER_SHARED, WIDEST, 4, False),
     ]:
-        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index, c=capability: c)
-        monkeypatch.setattr(common, "_shared_bytes_per_block", lambda index, s=shared: s)
+        pretend_device(capability=capability, shared_bytes_per_block=shared)
         assert launch._held_backward_ring(n, cuda) == ring, (shared, n)
         assert held_paths._held_row_backward_fits_device(cuda, n) is fits, (capability, shared, n)
 
@@ -107,7 +105,7 @@ def test_backward_offers_it_beside_the_wide_path(monkeypatch):
     assert launch._backward_paths(x, x, x[0], None) == [launch._backward_wide]
 
 
-def test_backward_measures_the_group_where_the_row_fills_its_slices(monkeypatch):
+def test_backward_measures_the_group_where_the_row_fills_its_slices(pretend_device, monkeypatch):
     """At the held row's widths the grouped backward is measured beside it in each
     configuration whose slices the row fills whole (24576 columns: 8192-column slices; 32768:
     8192 and 16384) and that the device fits; not where the last slice is part-filled (with
@@ -115,7 +113,7 @@ def test_backward_measures_the_group_where_the_row_fills_its_slices(monkeypatch)
     bf16 = torch.bfloat16
     monkeypatch.setattr(launch, "backward_holds_row_on_chip", lambda *a: True)
     fits = {"group": True}
-    monkeypatch.setattr(common, "_inline_ptx_runs", lambda: True)
+    pretend_device(inline_ptx=True)
     monkeypatch.setattr(held_paths, "_held_group_fits_device", lambda device, n, c: fits["group"])
     held = [launch._backward_wide, *launch._HELD_ROW_BACKWARDS]
 
@@ -250,13 +248,11 @@ GROUPED = 2 * WIDEST
 SLICE = launch.HELD_GROUP_BACKWARDS[0].slice_n
 
 
-def test_launch_offers_the_group_past_the_held_row(monkeypatch):
+def test_launch_offers_the_group_past_the_held_row(pretend_device, monkeypatch):
     """Past HELD_BACKWARD_MAX_N, under the same conditions on the tensors as the held row, the
     grouped held row (and the wide path first)."""
     bf16 = torch.bfloat16
-    monkeypatch.setattr(common, "_inline_ptx_runs", lambda: True)
-    monkeypatch.setattr(held_paths, "_held_row_backward_fits_device", lambda device, n: True)
-    monkeypatch.setattr(held_paths, "_held_group_fits_device", lambda device, n, c: True)
+    pretend_device(**H200_FACTS)
 
     def offered(n, w_dtype=bf16, width=None):
         x = torch.zeros(2, width or n, dtype=bf16)[:, :n]
@@ -277,7 +273,7 @@ def test_launch_offers_the_group_past_the_held_row(monkeypatch):
     )  # one path object a configuration: the measured choice's key
 
 
-def test_device_part_of_the_group_decision(monkeypatch):
+def test_device_part_of_the_group_decision(pretend_device, monkeypatch):
     """Compute capability 9.0 or later, a program's shared memory (the 8192-column
     configuration's 5 ring slots and w's slice, 100 KB: 2 an SM where the SM's shared memory
     holds two, as the H100's and H200's 228 KB do, else 1; the 16384-column one's 196 KB: 1), and
@@ -285,7 +281,7 @@ def test_device_part_of_the_group_decision(monkeypatch):
     narrow, wide = launch.HELD_GROUP_BACKWARDS
     assert not held_paths._held_group_fits_device(torch.device("cpu"), GROUPED, narrow)
     cuda = torch.device("cuda", 0)
-    monkeypatch.setattr(common, "_sm_count", lambda index: 132)
+    pretend_device(sm_count=132)
     for capability, per_block, per_sm, n, fits, programs in [
         ((9, 0), HOPPER_SHARED, 233472, GROUPED, True, 2),
         ((9, 0), HOPPER_SHARED, 233472, 132 * narrow.slice_n, True, 2),
@@ -294,10 +290,9 @@ def test_device_part_of_the_group_decision(monkeypatch):
         ((9, 0), 65536, 233472, GROUPED, False, 0),  # a program's 100 KB does not fit
         ((8, 0), HOPPER_SHARED, 233472, GROUPED, False, 2),
     ]:
-        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index, c=capability: c)
-        monkeypatch.setattr(common, "_shared_bytes_per_block", lambda index, s=per_block: s)
-        monkeypatch.setattr(common, "_shared_bytes_per_sm", lambda index, s=per_sm: s)
-        launch._held_group_backward_programs_per_sm.cache_clear()
+        pretend_device(
+            capability=capability, shared_bytes_per_block=per_block, shared_bytes_per_sm=per_sm
+        )  # a pretend_device call forgets the cached programs an SM
         assert launch._held_group_backward_programs_per_sm(0, narrow) == programs
         assert held_paths._held_group_fits_device(cuda, n, narrow) is fits, (
             capability,
@@ -308,7 +303,6 @@ def test_device_part_of_the_group_decision(monkeypatch):
             assert launch._held_group_backward_programs_per_sm(0, wide) == 1
             assert held_paths._held_group_fits_device(cuda, 132 * wide.slice_n, wide)
             assert not held_paths._held_group_fits_device(cuda, 132 * wide.slice_n + 16, wide)
-    launch._held_group_backward_programs_per_sm.cache_clear()
 
 
 def test_two_programs_an_sm_cap_the_registers():
@@ -326,7 +320,9 @@ def test_two_programs_an_sm_cap_the_registers():
 
 @pytest.mark.parametrize("config_index", [0, 1])
 @pytest.mark.parametrize("m, n", [(300, GROUPED), (3, 2**20), (4096, WIDEST)])
-def test_the_grouped_launch_fits_its_programs_an_sm(monkeypatch, config_index, m, n):
+def test_the_grouped_launch_fits_its_programs_an_sm(
+    pretend_device, monkeypatch, config_index, m, n
+):
     """What the grouped backward launches, checked without a GPU (direct.launch recorded): an
     ordinary (not cooperative) grid of groups x programs a row within programs an SM x SMs, the
     registers of that many programs an SM within an SM's, the chunks of rows covering every row
@@ -334,11 +330,7 @@ def test_the_grouped_launch_fits_its_programs_an_sm(monkeypatch, config_index, m
     each), and the exchange (a word a row and slice; counters, heads and links after it)."""
     config = launch.HELD_GROUP_BACKWARDS[config_index]
     sms = 132
-    monkeypatch.setattr(common, "_sm_count", lambda index: sms)
-    monkeypatch.setattr(common, "_programs_cap", lambda device: sms)
-    monkeypatch.setattr(common, "_shared_bytes_per_block", lambda index: HOPPER_SHARED)
-    monkeypatch.setattr(common, "_shared_bytes_per_sm", lambda index: 233472)
-    launch._held_group_backward_programs_per_sm.cache_clear()
+    pretend_device(sm_count=sms, shared_bytes_per_block=HOPPER_SHARED, shared_bytes_per_sm=233472)
     launches, reduced = [], []
     monkeypatch.setattr(launch.direct, "launch", lambda *a: launches.append(a))
     monkeypatch.setattr(
@@ -348,7 +340,6 @@ def test_the_grouped_launch_fits_its_programs_an_sm(monkeypatch, config_index, m
     w = torch.zeros(n, dtype=torch.bfloat16)
     rstd = torch.zeros(m)
     launch._backward_held_group(x, x, w, rstd, 0.0, x, x, False, w, config=config)
-    launch._held_group_backward_programs_per_sm.cache_clear()
     ((kernel, grid, args, meta, _),) = launches
     group = launch.cdiv(n, config.slice_n)
     assert (meta["GROUP"], meta["CHUNK"], meta["CHUNKS"]) == (group, config.chunk, config.chunks)

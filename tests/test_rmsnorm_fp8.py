@@ -444,10 +444,10 @@ def test_looped_kernel_compiles_for_sm90_with_the_single_tiles_conversions():
 
 
 @pytest.mark.parametrize("scaling", ["per_token", "per_tensor", "block"])
-def test_w_loaded_early_at_small_grids_gives_the_same_bits(monkeypatch, scaling):
+def test_w_loaded_early_at_small_grids_gives_the_same_bits(pretend_device, monkeypatch, scaling):
     """W_EARLY (at most one program an SM) loads w with x; the codes, scales and rstd are the
     bits of w loaded after the reduction."""
-    from impls.triton_rmsnorm import common, fp8, fp8_kernels
+    from impls.triton_rmsnorm import fp8, fp8_kernels
 
     inp = _inputs((64, 300), residual=True)
     scale = _static_scale(inp.x, inp.weight, E4) if scaling == "per_tensor" else None
@@ -461,7 +461,7 @@ def test_w_loaded_early_at_small_grids_gives_the_same_bits(monkeypatch, scaling)
 
     monkeypatch.setattr(fp8.launch, "_launch_fixed", spy)
     for sms in (1, 64):  # 64 rows: more programs than SMs (one), then not more
-        monkeypatch.setattr(common, "_programs_cap", lambda device, sms=sms: sms)
+        pretend_device(sm_count=sms)
         outputs.append(fp8.rmsnorm_fp8_forward(inp.x, inp.weight, EPS, 0.0, scaling, scale, E4,
                                                residual=inp.residual))  # fmt: skip
     assert seen == [False, True]

@@ -188,12 +188,12 @@ def _stages_fit(kernel_name, config, block_n, stages, staged_bytes_per_element):
     return staged <= launch.PIPELINE_SHARED_BYTES
 
 
-def _pipelined_launches(monkeypatch, stages, staged_bytes_per_element):
+def _pipelined_launches(pretend_device, monkeypatch, stages, staged_bytes_per_element):
     """Untuned launches at LOOP_STAGES = stages, at most 4 programs per launch (as under the
     interpreter): the loops a tuner may pipeline, each walking several steps.
     staged_bytes_per_element: what the forward stages per tile element (x's size, twice with a
     residual)."""
-    from impls.triton_rmsnorm import common, configs, kernel_launch, launch
+    from impls.triton_rmsnorm import configs, kernel_launch, launch
 
     heuristic = kernel_launch._heuristic_config
 
@@ -209,7 +209,7 @@ def _pipelined_launches(monkeypatch, stages, staged_bytes_per_element):
     monkeypatch.setattr(dispatch, "_HEURISTIC_ONLY", True)  # no table: the heuristic's config
     dispatch.reload()
     monkeypatch.setattr(kernel_launch, "_heuristic_config", pipelined)
-    monkeypatch.setattr(common, "_programs_cap", lambda device: 4)
+    pretend_device(sm_count=4)
     monkeypatch.setattr(configs, "HEURISTIC_PROGRAMS_PER_SM", 1)
     launch.take_launch_configs()  # forget earlier tests' launches
     return launch
@@ -238,7 +238,9 @@ def _launch_single_tile_forward(args, programs_per_sm, residual, **switches):
 @pytest.mark.parametrize("offset", [0.0, 1.0], ids=["llama", "gemma"])
 @pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
 @pytest.mark.parametrize("programs_per_sm", [0, 1], ids=["per-tile", "persistent"])
-def test_single_tile_forward_grids_match_the_oracle(monkeypatch, programs_per_sm, residual, offset):
+def test_single_tile_forward_grids_match_the_oracle(
+    pretend_device, monkeypatch, programs_per_sm, residual, offset
+):
     """The single-tile forward's two code paths: one program per tile (PERSISTENT False: no
     tile loop, w loaded after the reduction), as the tuner and the untuned launch run it, and a
     persistent grid (each program walks several tiles, w loaded once before its loop; here
@@ -247,9 +249,9 @@ def test_single_tile_forward_grids_match_the_oracle(monkeypatch, programs_per_sm
     path. 37 rows in tiles of 4: 10 tiles, the last one partial; the persistent grid has 2
     programs of 5 tiles. Outputs start as NaN, so a row left unwritten fails."""
     from harness.oracle import RESIDUAL_SUM_TOLERANCE, reference_residual
-    from impls.triton_rmsnorm import common, launch
+    from impls.triton_rmsnorm import launch
 
-    monkeypatch.setattr(common, "_programs_cap", lambda device: 2)
+    pretend_device(sm_count=2)
     m, n = _TILE_TEST_M, _TILE_TEST_N
     a, b = make_inputs((m, n), torch.bfloat16, DEVICE), make_inputs((m, n), torch.bfloat16, DEVICE)
     x, w = a.x, a.weight
@@ -280,18 +282,20 @@ def test_single_tile_forward_grids_match_the_oracle(monkeypatch, programs_per_sm
 
 @pytest.mark.parametrize("offset", [0.0, 1.0], ids=["llama", "gemma"])
 @pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
-def test_one_program_an_sm_loads_w_early_with_the_same_bits(monkeypatch, residual, offset):
+def test_one_program_an_sm_loads_w_early_with_the_same_bits(
+    pretend_device, monkeypatch, residual, offset
+):
     """W_EARLY: one program per tile loads w before the reduction where the grid is at most one
     program an SM (10 tiles, 64 SMs), and after it where more programs than SMs can hide the
     latency (10 tiles, 2 SMs), never in a persistent grid; the arithmetic is the same, so y,
     rstd (and h) are bitwise the same either way."""
-    from impls.triton_rmsnorm import common, launch
+    from impls.triton_rmsnorm import launch
 
     m, n = _TILE_TEST_M, _TILE_TEST_N
     a, b = make_inputs((m, n), torch.bfloat16, DEVICE), make_inputs((m, n), torch.bfloat16, DEVICE)
     outputs = {}
     for sms, persistent in ((2, 0), (64, 0), (64, 1)):
-        monkeypatch.setattr(common, "_programs_cap", lambda device, sms=sms: sms)
+        pretend_device(sm_count=sms)
         r, h = (b.x, torch.full_like(a.x, float("nan"))) if residual else (a.x, a.x)
         y = torch.full_like(a.x, float("nan"))
         rstd = torch.full((m,), float("nan"), device=DEVICE)
@@ -309,14 +313,16 @@ def test_one_program_an_sm_loads_w_early_with_the_same_bits(monkeypatch, residua
 
 @pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
 @pytest.mark.parametrize("programs_per_sm", [0, 1], ids=["per-tile", "persistent"])
-def test_contiguous_rows_take_constant_strides(monkeypatch, programs_per_sm, residual):
+def test_contiguous_rows_take_constant_strides(
+    pretend_device, monkeypatch, programs_per_sm, residual
+):
     """With ROWS_CONTIGUOUS the single-tile forward replaces the row strides it is passed by the
     constant N: given wrong strides (N + 24) on contiguous rows it writes the same bits as
     without the switch on the same values laid out N + 24 apart. The launch path sets the
     switch exactly when every row stride (x, y, and with a residual r and h) is N."""
-    from impls.triton_rmsnorm import common, kernel_launch, launch
+    from impls.triton_rmsnorm import kernel_launch, launch
 
-    monkeypatch.setattr(common, "_programs_cap", lambda device: 2)
+    pretend_device(sm_count=2)
     m, n = _TILE_TEST_M, _TILE_TEST_N
     a, b = make_inputs((m, n), torch.bfloat16, DEVICE), make_inputs((m, n), torch.bfloat16, DEVICE)
 
@@ -367,13 +373,13 @@ def test_contiguous_rows_take_constant_strides(monkeypatch, programs_per_sm, res
 @pytest.mark.parametrize("stages", [3, 4])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=lambda d: DTYPE_NAMES[d])
 @pytest.mark.parametrize("shape", list(_PIPELINED_CASES), ids=lambda s: "x".join(map(str, s)))
-def test_pipelined_loops_match_the_oracle(monkeypatch, stages, dtype, shape):
+def test_pipelined_loops_match_the_oracle(pretend_device, monkeypatch, stages, dtype, shape):
     """Every software-pipelined loop at LOOP_STAGES > 1 (the tuner may pick them; an untuned
     launch runs 1) against the oracle: the single-tile forward's tile loop (persistent grid),
     the single-tile backward's row loop, the wide backward's row-dot and column loops, the
     looped forward's two chunk loops, each with a partial last step or chunk."""
     element = torch.finfo(dtype).bits // 8
-    launch = _pipelined_launches(monkeypatch, stages, element)
+    launch = _pipelined_launches(pretend_device, monkeypatch, stages, element)
     inputs = make_inputs(shape, dtype, DEVICE)
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
     launched = launch.take_launch_configs()
@@ -392,14 +398,16 @@ def test_pipelined_loops_match_the_oracle(monkeypatch, stages, dtype, shape):
     [(1, torch.bfloat16), (3, torch.bfloat16), (4, torch.bfloat16), (1, torch.float32)],
     ids=["1-bf16", "3-bf16", "4-bf16", "1-fp32"],
 )
-def test_looped_forward_at_its_wider_chunk_matches_the_oracle(monkeypatch, stages, dtype):
+def test_looped_forward_at_its_wider_chunk_matches_the_oracle(
+    pretend_device, monkeypatch, stages, dtype
+):
     """The looped forward's other chunk width (LOOPED_FORWARD_CHUNKS, a tuning choice): 70000
     columns in 16384-wide chunks, the last partial, each program walking two rows. fp32 chunks
     of that width are tuned unpipelined only (their staging does not fit the shared memory:
     test_tuning.py)."""
     from impls.triton_rmsnorm import kernel_launch
 
-    launch = _pipelined_launches(monkeypatch, stages, torch.finfo(dtype).bits // 8)
+    launch = _pipelined_launches(pretend_device, monkeypatch, stages, torch.finfo(dtype).bits // 8)
     chunk = max(launch.LOOPED_FORWARD_CHUNKS)
     pipelined = kernel_launch._heuristic_config
 
@@ -418,13 +426,13 @@ def test_looped_forward_at_its_wider_chunk_matches_the_oracle(monkeypatch, stage
 
 @pytest.mark.parametrize("stages", [3, 4])
 @pytest.mark.parametrize("shape", [(5, 20000), (523, 512)], ids=lambda s: "x".join(map(str, s)))
-def test_pipelined_loops_with_a_residual(monkeypatch, stages, shape):
+def test_pipelined_loops_with_a_residual(pretend_device, monkeypatch, stages, shape):
     """The residual add pipelined: the single-tile forward's tile loop writing h (persistent
     grid), and the backward's loops reading the gradient on h (HAS_DH_OUT): the wide
     backward's column loop at N = 20000, the single-tile backward's row loop at N = 512."""
     from tests.helpers import check_residual as _check
 
-    launch = _pipelined_launches(monkeypatch, stages, 2 * 2)  # bf16 x and r
+    launch = _pipelined_launches(pretend_device, monkeypatch, stages, 2 * 2)  # bf16 x and r
     _check(shape, torch.bfloat16)
     launched = launch.take_launch_configs()
     backward = "rmsnorm_bwd_columns_kernel" if shape[1] > 16384 else "rmsnorm_bwd_kernel"

@@ -13,7 +13,6 @@ from triton.runtime.errors import OutOfResources
 from harness.oracle import TOLERANCES, compare, reference
 from impls import get_backend
 from impls.triton_rmsnorm import (
-    common,
     direct,
     dispatch,
     kernel_launch,
@@ -100,10 +99,12 @@ def _forward_candidates(m, n, dtype, residual=False):
     return launch._candidates("rmsnorm_fwd_kernel", args, constexprs)
 
 
-def test_forward_persistent_grids_need_a_second_tile_and_fit_the_shared_memory(monkeypatch):
+def test_forward_persistent_grids_need_a_second_tile_and_fit_the_shared_memory(
+    pretend_device, monkeypatch
+):
     """The single-tile forward's persistent grids (PROGRAMS_PER_SM > 0) are tried only where a
     program gets more than one tile, and never stage more than PIPELINE_SHARED_BYTES."""
-    monkeypatch.setattr(common, "_programs_cap", lambda device: 132)
+    pretend_device(sm_count=132)
     few = _forward_candidates(132, 4096, torch.bfloat16)  # one tile of a row per SM at most
     assert few and all(c["PROGRAMS_PER_SM"] == 0 for c in few)
     many = _forward_candidates(65536, 4096, torch.bfloat16)

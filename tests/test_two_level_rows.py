@@ -10,11 +10,11 @@ import torch
 
 from harness.layouts import make_case_inputs
 from harness.shapes import HeadView
-from impls.triton_rmsnorm import backward_launch, direct, dispatch, launch, rmsnorm
+from impls.triton_rmsnorm import direct, dispatch, launch, rmsnorm
 from impls.triton_rmsnorm.function import _x_rows
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
-from tests.helpers import assert_matches_oracle, grads
+from tests.helpers import H200_FACTS, assert_matches_oracle, grads
 
 #: Few tokens: the interpreter runs every program on the CPU (M = TOKENS * heads rows, with
 #: tiles that end inside a token's heads at every head count below).
@@ -161,11 +161,11 @@ def test_launch_refuses_what_it_cannot_read_in_two_levels():
         launch.rmsnorm_forward(wide, torch.ones(wide.shape[-1], device=DEVICE), 1e-6)
 
 
-def test_only_the_single_tile_serves_two_level_rows(monkeypatch):
+def test_only_the_single_tile_serves_two_level_rows(pretend_device):
     """Where [M, N] rows are offered the two-role backward too (the device part taken as given),
     two-level rows are offered the single tile alone, in both directions: neither the dispatch
     table (its entry's path must be offered) nor an override can send them elsewhere."""
-    monkeypatch.setattr(backward_launch, "_two_role_fits_device", lambda device, nbytes: True)
+    pretend_device(l2_bytes=H200_FACTS["l2_bytes"])
     inputs = make_case_inputs(HeadView(2, 2, 2048, 1), torch.bfloat16, DEVICE, seed=5)
     x, w = inputs.x, inputs.weight
     dy, y = inputs.dy.reshape(4, 2048), torch.empty(4, 2048, device=DEVICE, dtype=x.dtype)

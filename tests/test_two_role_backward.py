@@ -13,17 +13,18 @@ from harness.inputs import make_inputs
 from impls.triton_rmsnorm import backward_launch, direct, dispatch, launch, rmsnorm
 from tests.cases import DTYPE_NAMES
 from tests.conftest import DEVICE
+from tests.helpers import H200_FACTS
 from tests.helpers import assert_matches_oracle as _assert_matches_oracle
 from tests.helpers import check_residual as _check_residual
 
 KERNEL = "rmsnorm_bwd_two_role_kernel"
 
 
-def test_launch_offers_it_for_small_aligned_rows(monkeypatch):
+def test_launch_offers_it_for_small_aligned_rows(pretend_device):
     """TWO_ROLE_MIN_N to TWO_ROLE_MAX_N columns, up to TWO_ROLE_MAX_ELEMENTS elements, wherever
     the single tile's plain kernel takes the rows (not the shifted kernel's rows, off 16 bytes
     alike in x, dy and dh_out), the device's part taken as given."""
-    monkeypatch.setattr(backward_launch, "_two_role_fits_device", lambda device, nbytes: True)
+    pretend_device(l2_bytes=H200_FACTS["l2_bytes"])
     bf16 = torch.bfloat16
 
     def offered(m, n, dtype=bf16, width=None, dh_width=None):
@@ -42,13 +43,15 @@ def test_launch_offers_it_for_small_aligned_rows(monkeypatch):
     assert offered(512, 4092, dh_width=4096)  # dh_out's rows apart from x's: the plain kernel's
 
 
-def test_device_part_of_the_decision(monkeypatch):
-    """A GPU whose L2 holds x and dy twice over; never the interpreter's CPU."""
+def test_device_part_of_the_decision(pretend_device):
+    """A GPU whose L2 holds x and dy twice over; never the interpreter's CPU (no L2)."""
     assert not backward_launch._two_role_fits_device(torch.device("cpu"), 1)
-    monkeypatch.setattr(launch.tuning, "l2_bytes", lambda index: 60 << 20)
+    pretend_device(l2_bytes=60 << 20)
     cuda = torch.device("cuda", 0)
     assert backward_launch._two_role_fits_device(cuda, 30 << 20)
     assert not backward_launch._two_role_fits_device(cuda, (30 << 20) + 1)
+    pretend_device(l2_bytes=0)
+    assert not backward_launch._two_role_fits_device(cuda, 1)
 
 
 def test_column_tiles_follow_the_tile_width():

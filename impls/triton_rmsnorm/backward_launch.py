@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from . import common, kernel_launch, kernels, tuning
+from . import common, kernel_launch, kernels
 from .common import (
     SPLIT_BLOCK_N,
     WIDE_BLOCK_N,
@@ -137,7 +137,8 @@ def backward_takes_two_roles(
 
 def _two_role_fits_device(device: torch.device, x_and_dy_bytes: int) -> bool:
     """A GPU whose L2 holds x and dy twice over (the interpreter's CPU has no L2 to hit)."""
-    return device.type == "cuda" and 2 * x_and_dy_bytes <= tuning.l2_bytes(device.index or 0)
+    l2 = common._l2_bytes(device)
+    return l2 > 0 and 2 * x_and_dy_bytes <= l2
 
 
 def two_role_column_tile(block_n: int) -> tuple[int, int, int]:

@@ -50,12 +50,77 @@ def interpreting() -> bool:
     return _INTERPRETING
 
 
-@functools.cache
+# ---- the device's facts, and pretending others ----------------------------------------------
+
+#: The facts a pretend_device block gives, process-wide (every device, every thread: autograd
+#: runs a CUDA backward on a thread of its own); empty outside one.
+_PRETENDED: dict = {}
+#: Caches of answers computed from the facts (functools.cache functions, or any callable that
+#: forgets): cleared when a pretend_device block opens and closes. Modules add theirs at import.
+FACT_CACHES: list = []
+#: The facts pretend_device takes, each read by one helper below.
+FACTS = ("sm_count", "capability", "shared_bytes_per_block", "shared_bytes_per_sm", "l2_bytes",
+         "inline_ptx")  # fmt: skip
+
+
+@contextlib.contextmanager
+def pretend_device(**facts):
+    """Inside the block every device has these facts, on every thread: sm_count (SMs: grids,
+    the programs cap, the split and held rules; the interpreter's cap too), capability (the
+    compute capability, a (major, minor) pair: the Hopper-class rules and PDL),
+    shared_bytes_per_block and shared_bytes_per_sm (shared memory a program may ask for and an
+    SM holds), l2_bytes (the L2 cache: the two-role backward's rule; 0 for no L2, as the
+    interpreter's CPU), inline_ptx (whether the kernels' inline PTX runs). A fact not given reads as the
+    device's own. For tests and experiments of one GPU's choices on another machine (the
+    interpreter included): the kernels still run on the device at hand, so a pretended fact that
+    the device does not have makes its paths fail there. Blocks nest, the inner one winning per
+    fact; cached answers (FACT_CACHES: offers, table lookups, replays, PDL switches) are
+    forgotten on entering and leaving. Public as dispatch.pretend_device."""
+    unknown = sorted(set(facts) - set(FACTS))
+    if unknown:
+        raise TypeError(f"pretend_device: unknown facts {unknown}; the facts: {', '.join(FACTS)}")
+    for name, least in (("sm_count", 1), ("shared_bytes_per_block", 0),
+                        ("shared_bytes_per_sm", 0), ("l2_bytes", 0)):  # fmt: skip
+        value = facts.get(name)
+        if value is not None and (type(value) is not int or value < least):
+            raise ValueError(f"{name}: expected an int >= {least}, got {value!r}")
+    capability = facts.get("capability")
+    if capability is not None and not (
+        isinstance(capability, tuple) and len(capability) == 2
+        and all(type(c) is int for c in capability)
+    ):  # fmt: skip
+        raise ValueError(f"capability: expected a (major, minor) pair of ints, got {capability!r}")
+    if facts.get("inline_ptx") is not None and not isinstance(facts["inline_ptx"], bool):
+        raise ValueError(f"inline_ptx: expected a bool, got {facts['inline_ptx']!r}")
+    saved = dict(_PRETENDED)
+    _PRETENDED.update({k: v for k, v in facts.items() if v is not None})
+    _forget_fact_caches()
+    try:
+        yield
+    finally:
+        _PRETENDED.clear()
+        _PRETENDED.update(saved)
+        _forget_fact_caches()
+
+
+def _forget_fact_caches() -> None:
+    for cache in FACT_CACHES:
+        getattr(cache, "cache_clear", cache)()
+
+
 def _sm_count(device_index: int) -> int:
+    pretended = _PRETENDED.get("sm_count")
+    return pretended if pretended is not None else _device_sm_count(device_index)
+
+
+@functools.cache
+def _device_sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
 def _programs_cap(device: torch.device) -> int:
+    if "sm_count" in _PRETENDED:
+        return _PRETENDED["sm_count"]
     return _INTERPRETER_PROGRAMS if device.type != "cuda" else _sm_count(device.index or 0)
 
 
@@ -122,7 +187,9 @@ def _check_runnable(x: torch.Tensor) -> None:
 
 def _hopper_class(device: torch.device) -> bool:
     """A CUDA device of compute capability 9.0 or later, where the held kernels (Gluon) run;
-    they were measured on the H200 only."""
+    they were measured on the H200 only (a pretended capability: any device)."""
+    if "capability" in _PRETENDED:
+        return _PRETENDED["capability"] >= (9, 0)
     return device.type == "cuda" and torch.cuda.get_device_capability(device.index or 0) >= (9, 0)
 
 
@@ -154,9 +221,17 @@ def _pdl_switches(device_index: int) -> dict:
     return {"WAIT_FOR_PRIOR_GRID": True, "launch_pdl": True}
 
 
-@functools.cache
+FACT_CACHES.append(_pdl_switches)
+
+
 def _shared_bytes_per_block(device_index: int) -> int:
     """The most shared memory a program may ask for on this device (0 if torch does not say)."""
+    pretended = _PRETENDED.get("shared_bytes_per_block")
+    return pretended if pretended is not None else _device_shared_bytes_per_block(device_index)
+
+
+@functools.cache
+def _device_shared_bytes_per_block(device_index: int) -> int:
     props = torch.cuda.get_device_properties(device_index)
     return int(getattr(props, "shared_memory_per_block_optin", 0) or 0)
 
@@ -164,6 +239,9 @@ def _shared_bytes_per_block(device_index: int) -> int:
 def _shared_bytes_per_sm(device_index: int) -> int:
     """An SM's shared memory on this device, shared by its resident programs (if torch does not
     say, what one program may ask for: room for one)."""
+    pretended = _PRETENDED.get("shared_bytes_per_sm")
+    if pretended is not None:
+        return pretended
     props = torch.cuda.get_device_properties(device_index)
     per_sm = int(getattr(props, "shared_memory_per_multiprocessor", 0) or 0)
     return per_sm or _shared_bytes_per_block(device_index)
@@ -198,7 +276,19 @@ def _shift_constants(n: int, element_size: int, period: int) -> dict:
     return {"VEC": vec, "PERIOD": period, "MAY_WRAP": n + largest_shift > block_size(n)}
 
 
+def _l2_bytes(device: torch.device) -> int:
+    """The device's L2 cache in bytes (0 off CUDA: the interpreter's CPU has none to hit)."""
+    if "l2_bytes" in _PRETENDED:
+        return _PRETENDED["l2_bytes"]
+    if device.type != "cuda":
+        return 0
+    props = torch.cuda.get_device_properties(device.index or 0)
+    return int(getattr(props, "L2_cache_size", 0) or 50 << 20)
+
+
 def _inline_ptx_runs() -> bool:
     """NVIDIA GPUs run the kernels' inline PTX (kernels._upcast_opaque); neither the
-    interpreter nor ROCm does."""
+    interpreter nor ROCm does (unless pretended: pretend_device(inline_ptx=True))."""
+    if "inline_ptx" in _PRETENDED:
+        return _PRETENDED["inline_ptx"]
     return not interpreting() and torch.version.hip is None

@@ -27,7 +27,9 @@ Environment (read at import):
 - RMSNORM_TRITON_TUNE_CACHE=<path>: the cache file (default above).
 
 `tuning()` turns runtime tuning on for a block of code (the offline tuner uses it, writing to
-its own table); `override()` forces a path (tests, users comparing paths).
+its own table); `override()` forces a path (tests, users comparing paths); `pretend_device()`
+gives every device other facts (SM count, shared memory, capability, inline PTX) for a block,
+so that a CPU test or an experiment sees one GPU's choices (common.pretend_device).
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ from typing import NamedTuple
 
 import torch
 
-from . import dispatch_table
+from . import common, dispatch_table
+from .common import pretend_device  # noqa: F401  (public here, beside override)
 from .dispatch_table import Entry, Key, Table
 
 # dispatch.override and the path names live in overrides.py; re-exported here, where callers
@@ -172,6 +175,9 @@ def _forget_lookups() -> None:
     _LOOKUPS.clear()
     for hook in ON_CHANGE:
         hook()
+
+
+common.FACT_CACHES.append(_forget_lookups)  # the offers a lookup took depend on the facts
 
 
 def reload() -> None:

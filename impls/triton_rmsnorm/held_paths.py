@@ -353,3 +353,7 @@ def _register_cap(programs_per_sm: int, warps: int) -> dict:
         return {}
     share = REGISTERS_PER_SM // (programs_per_sm * warps * 32)
     return {"maxnreg": min(255, share // 8 * 8)}
+
+
+#: Both answer from the shared memory and SM count: forgotten when a pretend_device block opens.
+common.FACT_CACHES += [_held_group_forward_programs_per_sm, _held_group_backward_programs_per_sm]
