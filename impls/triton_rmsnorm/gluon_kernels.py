@@ -9,7 +9,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-from .kernels import BF16X2_TO_FP32_PTX, FP16X2_TO_FP32_PTX
+from .upcast import BF16X2_TO_FP32_PTX, FP16X2_TO_FP32_PTX
 
 #: cp.async from a tensor of pointers into a shared buffer: Triton 3.6 calls it
 #: async_copy_global_to_shared, later versions async_load (and raise on the old name).
