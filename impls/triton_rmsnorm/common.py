@@ -280,9 +280,13 @@ def _l2_bytes(device: torch.device) -> int:
     """The device's L2 cache in bytes (0 off CUDA: the interpreter's CPU has none to hit)."""
     if "l2_bytes" in _PRETENDED:
         return _PRETENDED["l2_bytes"]
-    if device.type != "cuda":
-        return 0
-    props = torch.cuda.get_device_properties(device.index or 0)
+    return device_l2_bytes(device.index or 0) if device.type == "cuda" else 0
+
+
+def device_l2_bytes(device_index: int) -> int:
+    """A CUDA device's own L2 cache in bytes (50 MB if torch does not say), never pretended:
+    the tuner's rotating copies must pass the real one."""
+    props = torch.cuda.get_device_properties(device_index)
     return int(getattr(props, "L2_cache_size", 0) or 50 << 20)
 
 

@@ -44,12 +44,7 @@ def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset,
     args = _single_tile_forward_args(
         x, weight, y, y if rstd is None else rstd, r_arg, h_arg, strides, eps, offset
     )
-    switches = {
-        "BLOCK_N": block_size(n),
-        "HAS_RESIDUAL": has_residual,
-        "HOLD_STORAGE_FORM": forward_holds_storage_form(block_size(n), x.dtype),
-        **({} if rstd is not None else {"STORE_RSTD": False}),
-    }
+    switches = _single_tile_forward_switches(x, y, rstd, has_residual)
     dtypes = (x.dtype, weight.dtype, y.dtype)
     period = _single_tile_row_period(x, y, r_arg, h_arg)
     if period > 1:
@@ -61,10 +56,36 @@ def _forward_single_tile(x, weight, y, rstd, r_arg, h_arg, strides, eps, offset,
         return
     kernel_launch._launch(
         "rmsnorm_fwd_kernel", lambda meta: (_tile_programs(m, meta, x.device),), *args,
-        dtypes=dtypes, ROWS_CONTIGUOUS=all(stride == n for stride in strides), **switches,
-        **two_level_switches(x), **common.pdl_switches(x.device),
+        dtypes=dtypes, **switches, **plain_forward_switches(x, strides),
         adjust=_one_row_tiles(m, n, (x, y, r_arg, h_arg), x.device),
     )  # fmt: skip
+
+
+def _single_tile_forward_switches(x, y, rstd, has_residual: bool) -> dict:
+    """The launch switches both single-tile forwards (plain and shifted) take for these tensors
+    (rstd None: no rstd written)."""
+    block_n = block_size(y.shape[1])
+    return {
+        "BLOCK_N": block_n,
+        "HAS_RESIDUAL": has_residual,
+        "HOLD_STORAGE_FORM": forward_holds_storage_form(block_n, x.dtype),
+        **({} if rstd is not None else {"STORE_RSTD": False}),
+    }
+
+
+def plain_forward_switches(x, strides: tuple) -> dict:
+    """The plain single-tile forward's own launch switches beside those: constant strides where
+    every row stride is N, rows in two levels, programmatic dependent launch."""
+    n = x.shape[-1]
+    return {"ROWS_CONTIGUOUS": all(stride == n for stride in strides), **two_level_switches(x),
+            **common.pdl_switches(x.device)}  # fmt: skip
+
+
+def plain_forward_launch_switches(x, y, rstd, has_residual: bool, strides: tuple) -> dict:
+    """Every launch switch of the plain single-tile forward for these tensors, as its path
+    launches it (the offline tuner compiles its candidates with them)."""
+    return {**_single_tile_forward_switches(x, y, rstd, has_residual),
+            **plain_forward_switches(x, strides)}  # fmt: skip
 
 
 def _single_tile_row_period(x, y, r_arg, h_arg) -> int:

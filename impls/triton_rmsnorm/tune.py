@@ -272,13 +272,8 @@ def unify_by_largest_class(table: Table, dtypes: set[str], residuals: set[bool])
     depend on M. batch_invariance does this only where a GPU saw the bits differ (keeping a
     faster pick where they agree); this rule is the blunt form, for families that check did
     not reach. Returns the entries replaced (already added to table)."""
-    families: dict[tuple, list[Entry]] = {}
-    for entry in table.entries():
-        key = entry.key
-        if key.direction == "fwd" and key.dtypes[0] in dtypes and key.residual in residuals:
-            families.setdefault((key, entry.n), []).append(entry)
     replaced = []
-    for (key, n), entries in families.items():
+    for (key, n), entries in forward_families(table, None, dtypes, residuals).items():
         ref = max(entries, key=lambda e: e.m)
         for entry in entries:
             if (entry.path, entry.configs) != (ref.path, ref.configs):
@@ -318,12 +313,10 @@ def batch_invariance(table: Table, device: torch.device) -> None:
     INVARIANCE_ROWS probe rows from the entry of the largest M class (one call of its M rows)
     against y of the same rows from each other entry (calls of its M rows, chunk after chunk),
     through the runtime's dispatch (inside the tuning session, which serves the entries). An
-    entry whose rows differ takes the largest class's path and configurations (a slower pick at
-    its M, the same bits), and the check runs again. Run inside the tuning session."""
-    families: dict[tuple, list] = {}
-    for entry in table.entries():
-        if entry.key.direction == "fwd":
-            families.setdefault((entry.key, entry.n), []).append(entry)
+    entry whose rows differ takes the fastest single-tile configuration that keeps the largest
+    class's bits, else that class's path and configurations (_take_same_bits), and the check
+    runs again. Run inside the tuning session."""
+    families = forward_families(table)
     replaced = checked = 0
     for (key, n), entries in families.items():
         choices = {(e.path, json.dumps(e.configs, sort_keys=True)) for e in entries}
@@ -357,6 +350,22 @@ def batch_invariance(table: Table, device: torch.device) -> None:
           f"between M classes there): {', '.join(varying) or 'none'}", flush=True)  # fmt: skip
 
 
+def forward_families(table: Table, widths=None, dtypes=None, residuals=None) -> dict:
+    """The table's forward entries by family, (key, N) -> entries, of these widths, dtypes
+    (names) and residual flags (each None: all)."""
+    families: dict[tuple, list[Entry]] = {}
+    for entry in table.entries():
+        key = entry.key
+        if (
+            key.direction == "fwd"
+            and (widths is None or entry.n in widths)
+            and (dtypes is None or key.dtypes[0] in dtypes)
+            and (residuals is None or key.residual in residuals)
+        ):
+            families.setdefault((key, entry.n), []).append(entry)
+    return families
+
+
 def _family_probe(key, n: int, ref, device: torch.device) -> tuple:
     """A forward family's probe: x of ref.m rows (its largest class), w, r (with a residual),
     the rows compared, and y of those rows from one call of ref.m rows (what every class of the
@@ -381,18 +390,8 @@ def repick_same_bits(
     launch (programmatic dependent launch, say) made other configurations faster. Families
     whose largest class is another path keep their entries. Run inside the tuning session.
     Returns the entries re-picked."""
-    families: dict[tuple, list] = {}
-    for entry in table.entries():
-        key = entry.key
-        if (
-            key.direction == "fwd"
-            and (widths is None or entry.n in widths)
-            and (dtypes is None or key.dtypes[0] in dtypes)
-            and (residuals is None or key.residual in residuals)
-        ):
-            families.setdefault((key, entry.n), []).append(entry)
     picked = 0
-    for (key, n), entries in families.items():
+    for (key, n), entries in forward_families(table, widths, dtypes, residuals).items():
         ref = max(entries, key=lambda e: e.m)
         todo = [e for e in entries if e is not ref and (row_classes is None or e.m in row_classes)]
         if not todo or ref.path != "single_tile":
@@ -437,17 +436,15 @@ def same_bits_configs(n: int, m: int, x, w, r, rows: int, want, also=()) -> list
     rm = None if r is None else r[:m]
     y = torch.empty_like(xm)
     rstd = torch.empty(m, dtype=torch.float32, device=x.device)
+    strides = (n, n, n, n)
     args = forward_launch._single_tile_forward_args(
         xm, w, y, rstd, xm if rm is None else rm, xm if rm is None else torch.empty_like(xm),
-        (n, n, n, n), EPS, 0.0,
+        strides, EPS, 0.0,
     )  # fmt: skip
-    constexprs = {"BLOCK_N": launch.block_size(n), "HAS_RESIDUAL": rm is not None,
-                  "ROWS_CONTIGUOUS": True}  # fmt: skip
-    candidates = launch._candidates(SINGLE_TILE_FORWARD, args, constexprs)
+    switches = forward_launch.plain_forward_launch_switches(xm, y, rstd, rm is not None, strides)
+    candidates = launch._candidates(SINGLE_TILE_FORWARD, args, switches)
     candidates += [c for c in also if c not in candidates]
     if not common.interpreting():  # every candidate compiled at once, as a tuning does
-        switches = {**constexprs, **common.pdl_switches(x.device), "HOLD_STORAGE_FORM":
-                    forward_launch.forward_holds_storage_form(launch.block_size(n), x.dtype)}  # fmt: skip
 
         def grid(meta):
             return (configs._tile_programs(m, meta, x.device),)

@@ -28,7 +28,7 @@ import torch
 from triton.compiler.errors import CompileTimeAssertionFailure
 from triton.runtime.errors import OutOfResources, PTXASError
 
-from . import dispatch
+from . import common, dispatch
 
 #: As the harness's device-only timer: the rotating sets together touch more than 3x the L2
 #: (at most 64 sets) ...
@@ -117,8 +117,7 @@ def _median_ms(launch: Callable[[tuple], object], arg_sets: Sequence[tuple], str
 
 
 def l2_bytes(device_index: int) -> int:
-    props = torch.cuda.get_device_properties(device_index)
-    return int(getattr(props, "L2_cache_size", 0) or 50 << 20)
+    return common.device_l2_bytes(device_index)
 
 
 def fastest(
