@@ -35,7 +35,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from impls.triton_rmsnorm import launch, tuning
-from impls.triton_rmsnorm.gluon_kernels import _async_load
+from impls.triton_rmsnorm.gluon_common import _async_load
 
 _WAIT = "mbarrier.try_wait.parity.shared::cta.b64 done, [rmsn_cl_mbar], 0;"
 _SLEEPY_WAIT = "mbarrier.try_wait.parity.shared::cta.b64 done, [rmsn_cl_mbar], 0, 10000000;"

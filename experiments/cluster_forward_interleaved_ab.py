@@ -34,7 +34,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from impls import get_backend
 from impls.triton_rmsnorm import launch, tuning
-from impls.triton_rmsnorm.gluon_kernels import _async_load
+from impls.triton_rmsnorm.gluon_common import _async_load
 
 
 @gluon.jit

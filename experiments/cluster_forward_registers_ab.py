@@ -7,7 +7,7 @@ SM), ran 1.064x the product at 64x131072 bf16 but 0.94-0.97x at 256-1024 rows: i
 low and its rows slow. Two CTAs an SM keep at most 64 KB of loads in flight, about the latency
 times an SM's share of the bandwidth. Here, each a constexpr of one kernel:
   RAW_X: x kept in its 16-bit form (half the registers), upcast for the sum and again for y in
-         inline PTX that the compiler cannot merge (gluon_kernels._upcast_opaque);
+         inline PTX that the compiler cannot merge (gluon_common._upcast_opaque);
   LATE_W: w loaded after the exchange (L2-resident; its registers not live across the wait);
   RAW_W: w loaded early but kept in its 16-bit form, upcast where used (added after the run,
          `-registers-ab.txt`, where LATE_W cost 5-10%; compile-checked only, not run: ptxas
@@ -37,7 +37,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from impls.triton_rmsnorm import launch, tuning
-from impls.triton_rmsnorm.gluon_kernels import _upcast_opaque
+from impls.triton_rmsnorm.gluon_common import _upcast_opaque
 
 
 def _start_asm(cluster: int) -> str:

@@ -1,4 +1,4 @@
-"""Probe: the Gluon kernels' bf16 upcasts in pairs (gluon_kernels._upcast_pairs, v26) against
+"""Probe: the Gluon kernels' bf16 upcasts in pairs (gluon_common._upcast_pairs, v26) against
 Triton's own conversion, every Gluon path, bf16 and fp16, in one process.
 
 The sixteenth session's diagnosis timed the grouped backward's kernel at 136.0 µs in bf16 and

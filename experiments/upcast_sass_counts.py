@@ -1,7 +1,7 @@
 """Offline (no GPU): the grouped and held-row backwards' SASS for sm_90a, bf16 against fp16,
 at this tree's gluon_kernels: lines of cuobjdump's listing and the instructions that convert
 16-bit values (HADD2, SHF, PRMT, IMAD, LOP3). Written for v26 (perf log): before it, Triton
-converted each bf16 value alone; with it, two a register (gluon_kernels._upcast_pairs).
+converted each bf16 value alone; with it, two a register (gluon_common._upcast_pairs).
 
 Needs Triton's NVIDIA backend (its ptxas and cuobjdump); run from a repository root without
 TRITON_INTERPRET, once in each tree to compare (e.g. `git worktree add /tmp/before 1ee943a`):

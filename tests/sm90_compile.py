@@ -157,7 +157,7 @@ def _barriers_in_polls_and_fallback(ptx: str) -> int:
     first line of the sums' poll loop (the last loop holding volatile loads before the
     fallback's loops; the others poll tickets and claims) to the back edge of the fallback's
     loops (those holding 16-byte global loads), none of them holding atomics. Up to 32 words a
-    row a program's warps may take different branches there (gluon_kernels._read_sums), so
+    row a program's warps may take different branches there (gluon_group_exchange._read_sums), so
     there must be none; past 32 the reductions of the words cross warps (barriers and shared
     memory), which is what makes the warps decide alike. -1 if either loop is not found."""
     lines = ptx.splitlines()

@@ -378,36 +378,36 @@ _REF_CONFIG = {
 
 
 def _repick_family():
-    from impls.triton_rmsnorm import tune
+    from impls.triton_rmsnorm import batch_invariance as invariance
 
     ref = Entry(KEY, _REPICK_N, _REPICK_REF_M, "single_tile", {"rmsnorm_fwd_kernel": _REF_CONFIG})
-    return tune, ref, tune._family_probe(KEY, _REPICK_N, ref, torch.device(DEVICE))
+    return invariance, ref, invariance._family_probe(KEY, _REPICK_N, ref, torch.device(DEVICE))
 
 
 def test_same_bits_configs_keep_exactly_the_configurations_that_give_the_wanted_bits():
-    """tune.same_bits_configs: the tuner's candidates at m rows (and `also`) whose y rows, forced
+    """invariance.same_bits_configs: the tuner's candidates at m rows (and `also`) whose y rows, forced
     at each, are bitwise the largest class's; none when the wanted rows differ in one element.
     (On the CPU every configuration gives the same bits: the interpreter's sums do not follow
     the warps; the GPU re-pick's log shows the filter at work, probes/*-tune-repick.log.)"""
-    tune, ref, (x, w, r, rows, want) = _repick_family()
-    kept = tune.same_bits_configs(_REPICK_N, _REPICK_M, x, w, r, rows, want, [_REF_CONFIG])
+    invariance, ref, (x, w, r, rows, want) = _repick_family()
+    kept = invariance.same_bits_configs(_REPICK_N, _REPICK_M, x, w, r, rows, want, [_REF_CONFIG])
     assert kept and _REF_CONFIG in kept
     assert all(set(c) == set(_REF_CONFIG) for c in kept)
     with dispatch.override(forward="single_tile", forward_configs={"rmsnorm_fwd_kernel": kept[-1]}):
-        assert torch.equal(tune._y_rows(x, w, r, rows, _REPICK_M), want)
+        assert torch.equal(invariance._y_rows(x, w, r, rows, _REPICK_M), want)
     other = want.clone()
     other[rows - 1, 7] = other[rows - 1, 7] * 2 + 1
-    assert tune.same_bits_configs(_REPICK_N, _REPICK_M, x, w, r, rows, other) == []
+    assert invariance.same_bits_configs(_REPICK_N, _REPICK_M, x, w, r, rows, other) == []
 
 
 def test_repick_takes_the_fastest_same_bits_configuration_below_the_largest_class(monkeypatch):
-    """tune.repick_same_bits: an entry below its width's largest class takes the configuration
+    """invariance.repick_same_bits: an entry below its width's largest class takes the configuration
     the tuner's timer (tuning.fastest, stubbed here: it picks the candidate of most warps)
     finds fastest among those keeping the largest class's bits; the largest class, classes not
     asked for, other dtypes and a family whose largest class is another path are left alone."""
     from impls.triton_rmsnorm import tuning
 
-    tune, ref, _ = _repick_family()
+    invariance, ref, _ = _repick_family()
     seen = []
 
     def most_warps(candidates, run, args, passes=1):
@@ -425,7 +425,7 @@ def test_repick_takes_the_fastest_same_bits_configuration_below_the_largest_clas
         looped, Entry(KEY, 512, 8, "single_tile", old),  # its largest class is another path
     ])  # fmt: skip
     with dispatch.tuning(None, into=table):
-        picked = tune.repick_same_bits(table, torch.device(DEVICE), None, {_REPICK_M},
+        picked = invariance.repick_same_bits(table, torch.device(DEVICE), None, {_REPICK_M},
                                        {"bfloat16"}, {False})  # fmt: skip
     assert picked == 1 and len(seen) == 1 and _REF_CONFIG in seen[0]
     got = table.lookup(KEY, _REPICK_N, _REPICK_M)
@@ -439,15 +439,15 @@ def test_repick_takes_the_fastest_same_bits_configuration_below_the_largest_clas
 
 
 def test_take_same_bits_falls_back_to_the_largest_class_where_no_configuration_keeps_its_bits():
-    """tune._take_same_bits (batch_invariance's step for an entry whose bits differ): with no
+    """invariance._take_same_bits (batch_invariance's step for an entry whose bits differ): with no
     configuration giving the wanted rows, the entry takes the largest class's path and
     configurations, and says the bits still differ."""
-    tune, ref, (x, w, r, rows, want) = _repick_family()
+    invariance, ref, (x, w, r, rows, want) = _repick_family()
     other = want.clone()
     other[0, 0] = other[0, 0] * 2 + 1
     table = Table([ref, Entry(KEY, _REPICK_N, _REPICK_M, "looped", {})])
     with dispatch.tuning(None, into=table):
-        said = tune._take_same_bits(KEY, _REPICK_N, _REPICK_M, ref, x, w, r, rows, other)
+        said = invariance._take_same_bits(KEY, _REPICK_N, _REPICK_M, ref, x, w, r, rows, other)
     assert said == f"m={_REPICK_REF_M}'s choice (STILL DIFFERENT)"
     got = table.lookup(KEY, _REPICK_N, _REPICK_M)
     assert (got.path, got.configs) == (ref.path, ref.configs)

@@ -280,7 +280,7 @@ def test_held_group_forward_compiles_for_sm90():
     assert [{k: f[k] for k in expected[0]} for f in found] == expected
     # registers capped so that 6 programs of 4 warps, or 4 of 8, share an SM's 64K
     assert [f["register cap"] for f in found] == [80, 80, 64, 64]
-    # bf16 upcast in pairs (gluon_kernels._upcast_pairs), fp16 by Triton's own conversion
+    # bf16 upcast in pairs (gluon_common._upcast_pairs), fp16 by Triton's own conversion
     assert [(f["bf16"], f["fp16"]) for f in found] == [(True, False), (False, False)] * 2
     # 64 words a row (4096-column slices of 262144): shared reductions; 17-32: none
     barriers = [f["barriers from the polls through the fallback"] for f in found]

@@ -162,7 +162,7 @@ def test_held_row_backward_compiles_for_sm90():
     assert [{k: f[k] for k in ("staged vectors", "vector stores")} for f in found] == [
         expected for _, expected in _COMPILED_CASES
     ]
-    # bf16 upcast in pairs (gluon_kernels._upcast_pairs), fp16 by Triton's own conversion
+    # bf16 upcast in pairs (gluon_common._upcast_pairs), fp16 by Triton's own conversion
     assert [(f["bf16"], f["fp16"]) for f in found] == [
         (x == "bf16", False) for (x, _, _, _), _ in _COMPILED_CASES
     ]
@@ -379,7 +379,7 @@ def test_held_group_row_chunks(m, groups, sms, expected):
 def test_held_group_words_are_whole_in_every_warp_or_one_a_thread():
     """The exchanged words' tensor: up to 32, GROUP's next power of two (every warp holds all of
     them); past 32, at least one a thread, so that no warp repeats another's words with loads
-    of its own (gluon_kernels._read_sums)."""
+    of its own (gluon_group_exchange._read_sums)."""
     words = launch.held_group_words
     assert [words(g, 8) for g in (1, 3, 4, 16, 17, 32)] == [1, 4, 4, 16, 32, 32]
     assert [words(g, 8) for g in (33, 64, 256, 257, 528)] == [256, 256, 256, 512, 1024]

@@ -103,6 +103,15 @@ class Entry(NamedTuple):
     path: str
     configs: dict  # kernel name -> launch keywords
 
+    def configs_text(self) -> str:
+        """The configurations in short: "fwd:BLOCK_N=4096,num_warps=8 ..." (kernel names
+        without rmsnorm_ and _kernel)."""
+        parts = []
+        for kernel, config in self.configs.items():
+            kernel = kernel.removeprefix("rmsnorm_").removesuffix("_kernel")
+            parts.append(kernel + ":" + ",".join(f"{k}={v}" for k, v in config.items()))
+        return " ".join(parts)
+
     def to_json(self) -> dict:
         return {
             "direction": self.key.direction,

@@ -218,7 +218,7 @@ def held_group_words(group: int, warps: int) -> int:
     """The size of a grouped kernel's tensor of a row's exchanged words (one a member, the rest
     masked): group's next power of two up to 32, which every warp then holds whole (its
     reductions stay within the warp); past 32, at least one a thread (32 x warps), so that no
-    warp repeats another's words (gluon_kernels._read_sums says why)."""
+    warp repeats another's words (gluon_group_exchange._read_sums says why)."""
     words = next_power_of_2(group)
     return words if words <= 32 else max(words, 32 * warps)
 

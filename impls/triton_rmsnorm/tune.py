@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import sys
 import time
 from pathlib import Path
@@ -24,17 +23,12 @@ from pathlib import Path
 import torch
 
 from . import (
-    common,
-    configs,
     dispatch,
     dispatch_table,
-    forward_launch,
-    kernel_launch,
-    kernels,
     launch,
-    tuning,
 )
-from .dispatch_table import Entry, Table
+from .batch_invariance import batch_invariance, repick_same_bits, unify_by_largest_class
+from .dispatch_table import Table
 
 POWERS_OF_TWO = tuple(2**k for k in range(6, 19))  # 64 .. 262144
 #: Hidden sizes of current model families (Qwen2.5 0.5B-72B, Llama 3 1B-405B, Gemma, Mistral,
@@ -229,7 +223,7 @@ def main(argv=None) -> int:
             entry = table.lookup(*_point_key(point))
             done += 1
             print(f"[{i + 1}/{len(todo)}]", *_describe(point), "->",
-                  entry.path if entry else "?", _short(entry), f"{time.perf_counter() - t0:.2f} s",
+                  entry.path if entry else "?", (entry.configs_text() if entry else ""), f"{time.perf_counter() - t0:.2f} s",
                   flush=True)  # fmt: skip
             if done % 20 == 0:
                 torch.cuda.empty_cache()
@@ -265,24 +259,6 @@ def _repick_main(args: argparse.Namespace, device: torch.device, out: Path) -> i
     return 0
 
 
-def unify_by_largest_class(table: Table, dtypes: set[str], residuals: set[bool]) -> list[Entry]:
-    """Without a GPU: each forward width (of the dtypes and residual flags given) whose entries
-    pick more than one (path, configurations) gets its largest M class's pick at every M class,
-    so every M runs the same code on a row: the reduction order, hence y's bits, then no longer
-    depend on M. batch_invariance does this only where a GPU saw the bits differ (keeping a
-    faster pick where they agree); this rule is the blunt form, for families that check did
-    not reach. Returns the entries replaced (already added to table)."""
-    replaced = []
-    for (key, n), entries in forward_families(table, None, dtypes, residuals).items():
-        ref = max(entries, key=lambda e: e.m)
-        for entry in entries:
-            if (entry.path, entry.configs) != (ref.path, ref.configs):
-                unified = Entry(key, n, entry.m, ref.path, ref.configs)
-                table.add(unified)
-                replaced.append(unified)
-    return replaced
-
-
 def _unify_main(args: argparse.Namespace) -> int:
     if args.out is None or not args.out.exists():
         print(f"--out: expected an existing table to unify, got {args.out}", file=sys.stderr)
@@ -302,194 +278,6 @@ def _unify_main(args: argparse.Namespace) -> int:
     return 0
 
 
-#: Rows of y compared across M classes per forward width (batch_invariance).
-INVARIANCE_ROWS = 1024
-
-
-@torch.no_grad()
-def batch_invariance(table: Table, device: torch.device) -> None:
-    """Make each forward width's entries give a row the same y bits at every M class. For each
-    (dtypes, residual, N) whose entries pick more than one (path, configurations): y of
-    INVARIANCE_ROWS probe rows from the entry of the largest M class (one call of its M rows)
-    against y of the same rows from each other entry (calls of its M rows, chunk after chunk),
-    through the runtime's dispatch (inside the tuning session, which serves the entries). An
-    entry whose rows differ takes the fastest single-tile configuration that keeps the largest
-    class's bits, else that class's path and configurations (_take_same_bits), and the check
-    runs again. Run inside the tuning session."""
-    families = forward_families(table)
-    replaced = checked = 0
-    for (key, n), entries in families.items():
-        choices = {(e.path, json.dumps(e.configs, sort_keys=True)) for e in entries}
-        if len(choices) == 1:
-            continue  # one path and configuration at every M: the same code for every row
-        ref = max(entries, key=lambda e: e.m)
-        x, w, r, rows, want = _family_probe(key, n, ref, device)
-        for entry in entries:
-            if entry is ref:
-                continue
-            checked += 1
-            if torch.equal(_y_rows(x, w, r, rows, entry.m), want):
-                continue
-            replaced += 1
-            taken = _take_same_bits(key, n, entry.m, ref, x, w, r, rows, want)
-            print(f"batch invariance: fwd {key.dtypes[0]} {'res' if key.residual else '-'} "
-                  f"n={n} m={entry.m}: {entry.path} gave other bits than m={ref.m}'s "
-                  f"{ref.path}; takes {taken}", flush=True)  # fmt: skip
-    print(f"batch invariance: {checked} entries checked, {replaced} replaced", flush=True)
-    varying = []
-    for entry in table.entries():
-        if entry.key.direction == "bwd":
-            families.setdefault((entry.key, entry.n), []).append(entry)
-    for (key, n), entries in families.items():
-        if (
-            key.direction == "bwd"
-            and len({(e.path, json.dumps(e.configs, sort_keys=True)) for e in entries}) > 1
-        ):
-            varying.append(f"{key.dtypes[0]}{'+dh' if key.residual else ''} n={n}")
-    print(f"backward widths whose path or configurations change with M (dx rows may differ "
-          f"between M classes there): {', '.join(varying) or 'none'}", flush=True)  # fmt: skip
-
-
-def forward_families(table: Table, widths=None, dtypes=None, residuals=None) -> dict:
-    """The table's forward entries by family, (key, N) -> entries, of these widths, dtypes
-    (names) and residual flags (each None: all)."""
-    families: dict[tuple, list[Entry]] = {}
-    for entry in table.entries():
-        key = entry.key
-        if (
-            key.direction == "fwd"
-            and (widths is None or entry.n in widths)
-            and (dtypes is None or key.dtypes[0] in dtypes)
-            and (residuals is None or key.residual in residuals)
-        ):
-            families.setdefault((key, entry.n), []).append(entry)
-    return families
-
-
-def _family_probe(key, n: int, ref, device: torch.device) -> tuple:
-    """A forward family's probe: x of ref.m rows (its largest class), w, r (with a residual),
-    the rows compared, and y of those rows from one call of ref.m rows (what every class of the
-    width must give)."""
-    rows = min(ref.m, INVARIANCE_ROWS)
-    dtype = dispatch_table.parse_dtype(key.dtypes[0])
-    generator = torch.Generator(device=device).manual_seed(n)
-    x = torch.randn((ref.m, n), dtype=dtype, device=device, generator=generator)
-    w = torch.randn((n,), dtype=dtype, device=device, generator=generator)
-    r = torch.randn_like(x) if key.residual else None
-    return x, w, r, rows, _y_rows(x, w, r, rows, ref.m)
-
-
-@torch.no_grad()
-def repick_same_bits(
-    table: Table, device: torch.device, widths, row_classes, dtypes=None, residuals=None
-) -> int:
-    """Each forward entry at these widths and M classes, of these dtypes (names) and residual
-    flags (each None: all), below its family's largest
-    class takes the fastest single-tile configuration that gives a row the largest class's
-    bits, measured now (_take_same_bits): for a table tuned before a change to the kernel or its
-    launch (programmatic dependent launch, say) made other configurations faster. Families
-    whose largest class is another path keep their entries. Run inside the tuning session.
-    Returns the entries re-picked."""
-    picked = 0
-    for (key, n), entries in forward_families(table, widths, dtypes, residuals).items():
-        ref = max(entries, key=lambda e: e.m)
-        todo = [e for e in entries if e is not ref and (row_classes is None or e.m in row_classes)]
-        if not todo or ref.path != "single_tile":
-            continue
-        x, w, r, rows, want = _family_probe(key, n, ref, device)
-        for entry in todo:
-            t0 = time.perf_counter()
-            taken = _take_same_bits(key, n, entry.m, ref, x, w, r, rows, want)
-            picked += 1
-            print(f"repick: fwd {key.dtypes[0]} {'res' if key.residual else '-'} n={n} "
-                  f"m={entry.m}: was {_short(entry)}; takes {taken} "
-                  f"({time.perf_counter() - t0:.1f} s)", flush=True)  # fmt: skip
-    return picked
-
-
-#: The kernel whose configurations same_bits_configs re-picks (the plain single-tile forward).
-SINGLE_TILE_FORWARD = "rmsnorm_fwd_kernel"
-
-
-def _take_same_bits(key, n: int, m: int, ref, x, w, r, rows: int, want) -> str:
-    """Give the entry at m the fastest single-tile configuration whose rows keep want's bits
-    (same_bits_configs), else ref's path and configurations; add it to the session's table and
-    check through the runtime's dispatch that a default call now gives want. Says what it took."""
-    picked = fastest_same_bits(n, m, ref, x, w, r, rows, want)
-    if picked is not None:
-        dispatch.add_entry(
-            dispatch_table.Entry(key, n, m, "single_tile", {SINGLE_TILE_FORWARD: picked})
-        )
-        if torch.equal(_y_rows(x, w, r, rows, m), want):
-            return f"single_tile {picked} (the fastest with m={ref.m}'s bits)"
-    dispatch.add_entry(dispatch_table.Entry(key, n, m, ref.path, ref.configs))
-    same = torch.equal(_y_rows(x, w, r, rows, m), want)
-    return f"m={ref.m}'s choice ({'same bits now' if same else 'STILL DIFFERENT'})"
-
-
-def same_bits_configs(n: int, m: int, x, w, r, rows: int, want, also=()) -> list[dict]:
-    """The plain single-tile forward's configurations tried at m rows (the runtime tuner's
-    candidates, launch._candidates, and those of `also` not among them) whose y rows, computed
-    in calls of m rows forced at each (dispatch.override), are bitwise want: the same reduction
-    tree as want's, whatever their grid, pipelining or rows a tile."""
-    xm = x[:m]
-    rm = None if r is None else r[:m]
-    y = torch.empty_like(xm)
-    rstd = torch.empty(m, dtype=torch.float32, device=x.device)
-    strides = (n, n, n, n)
-    args = forward_launch._single_tile_forward_args(
-        xm, w, y, rstd, xm if rm is None else rm, xm if rm is None else torch.empty_like(xm),
-        strides, EPS, 0.0,
-    )  # fmt: skip
-    switches = forward_launch.plain_forward_launch_switches(xm, y, rstd, rm is not None, strides)
-    candidates = launch._candidates(SINGLE_TILE_FORWARD, args, switches)
-    candidates += [c for c in also if c not in candidates]
-    if not common.interpreting():  # every candidate compiled at once, as a tuning does
-
-        def grid(meta):
-            return (configs._tile_programs(m, meta, x.device),)
-
-        kernel_launch._compile_in_parallel(getattr(kernels, SINGLE_TILE_FORWARD), args, [
-            configs._kernel_grid_and_meta(SINGLE_TILE_FORWARD, grid, {**switches, **config})
-            for config in candidates
-        ])  # fmt: skip
-    kept = []
-    for config in candidates:
-        with dispatch.override(forward="single_tile",
-                               forward_configs={SINGLE_TILE_FORWARD: config}):  # fmt: skip
-            if torch.equal(_y_rows(x, w, r, rows, m), want):
-                kept.append(config)
-    return kept
-
-
-def fastest_same_bits(n: int, m: int, ref, x, w, r, rows: int, want) -> dict | None:
-    """The fastest of same_bits_configs at m rows by the tuner's own timer (tuning.fastest, two
-    passes), ref's configuration tried with the candidates; None where ref is another path
-    (its bits come from another kernel) or no configuration keeps the bits."""
-    if ref.path != "single_tile" or set(ref.configs) != {SINGLE_TILE_FORWARD}:
-        return None
-    candidates = same_bits_configs(n, m, x, w, r, rows, want, [ref.configs[SINGLE_TILE_FORWARD]])
-    if not candidates:
-        return None
-
-    def run(config, a):
-        with dispatch.override(forward="single_tile",
-                               forward_configs={SINGLE_TILE_FORWARD: config}):  # fmt: skip
-            launch.rmsnorm_forward(a[0], a[1], EPS, 0.0, None, a[2])
-
-    return tuning.fastest(candidates, run, (x[:m], w, None if r is None else r[:m]), passes=2)
-
-
-def _y_rows(x, w, r, rows: int, m: int) -> torch.Tensor:
-    """y of x's first `rows` rows, computed in calls of m rows each (the last may be short)."""
-    chunks = []
-    for start in range(0, rows, m):
-        stop = min(start + m, x.shape[0])
-        part = None if r is None else r[start:stop]
-        chunks.append(launch.rmsnorm_forward(x[start:stop], w, EPS, 0.0, None, part)[0])
-    return torch.cat(chunks)[:rows]
-
-
 def _describe(point: tuple) -> tuple:
     direction, dtype, residual, n, m = point
     return (
@@ -499,16 +287,6 @@ def _describe(point: tuple) -> tuple:
         f"n={n}",
         f"m={m}",
     )
-
-
-def _short(entry) -> str:
-    if entry is None:
-        return ""
-    parts = []
-    for kernel, config in entry.configs.items():
-        kernel = kernel.removeprefix("rmsnorm_").removesuffix("_kernel")
-        parts.append(kernel + ":" + ",".join(f"{k}={v}" for k, v in config.items()))
-    return " ".join(parts)
 
 
 def _provenance(args: argparse.Namespace, name: str) -> dict:
