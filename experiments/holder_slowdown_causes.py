@@ -16,7 +16,7 @@ kernel queued after the call), median of REPEATS, against the same call alone:
 
     PYTHONPATH=.:experiments python experiments/holder_slowdown_causes.py OUT.json [HELD ...]
 
-Verdict and numbers: docs/perf-log.md (Item 3: beside 66 held SMs).
+Verdict and numbers: docs/perf-log.md (Item 3: beside 66 held SMs), docs/held-group-progress.md.
 """
 
 from __future__ import annotations

@@ -12,11 +12,15 @@ hold runs the SM-holding scenario (hold_scenario) and prints its record; probe t
 alone and beside a holder of HELD SMs and writes the records to OUT.json.
 
 The SM holder: a kernel on another stream whose programs each take most of an SM's shared
-memory (so that none of ours fits beside it) and spin on a flag in pinned host memory. Our call
-is queued on the main stream after it, and the flag is set by a kernel queued on the main stream
-after our call: the holder is released only once our call has finished. If the release has not
-happened within HOLD_TIMEOUT_S, the host sets the flag itself (no CUDA call: pinned memory) and
-the record says so; a call that still does not end is left to the parent's process timeout.
+memory (so that none of ours fits beside it) and spin on a flag in device memory, as a kernel
+waiting on communication (NCCL's) polls device memory. Our call is queued on the main stream
+after it, and the flag is set by a kernel queued on the main stream after our call: the holder
+is released only once our call has finished. If the release has not happened within
+HOLD_TIMEOUT_S, the host sets the flag itself through the copy engine (a host-to-device copy on
+a stream of its own: no SM needed) and the record says so; a call that still does not end is
+left to the parent's process timeout. (A holder spinning on pinned host memory slows every
+kernel beside it, ours or not: 66 such programs made an elementwise kernel 15x slower,
+probes/2026-12-02-bdfa048a7920-holder-slowdown-causes.json.)
 """
 
 from __future__ import annotations
@@ -160,9 +164,10 @@ def hold_scenario(case: dict) -> dict:
     progress("first call alone done (compiled)")
     alone = _time_alone(call)
     progress(f"alone {alone:.3f} ms")
-    side = torch.cuda.Stream()
+    side, copier = torch.cuda.Stream(), torch.cuda.Stream()
     held = case["held"]
-    flag = torch.zeros(2, dtype=torch.int32, pin_memory=True)
+    flag = torch.zeros(2, dtype=torch.int32, device="cuda")
+    one = torch.ones(2, dtype=torch.int32, pin_memory=True)
     started = torch.zeros(held, dtype=torch.int32, pin_memory=True)
     # Launch the release kernel once before any holder spins: under CUDA's lazy module loading
     # (the default), a kernel's first launch loads its module, which can wait for the device
@@ -170,11 +175,11 @@ def hold_scenario(case: dict) -> dict:
     # run hung right after "holder started" until this warm-up was added).
     _release[(1,)](flag)
     torch.cuda.synchronize()
-    flag.zero_()
     beside, helped, same_bits, holder_started = [], 0, True, True
     for _ in range(case.get("repeats", 3)):
         flag.zero_()
         started.zero_()
+        torch.cuda.synchronize()  # the flag cleared before the holder, on its stream, reads it
         _holder(held, flag, started, side)
         deadline = time.monotonic() + 10.0
         while int(started.sum()) < held and time.monotonic() < deadline:
@@ -195,7 +200,8 @@ def hold_scenario(case: dict) -> dict:
             time.sleep(0.001)
         if not released.query():
             helped += 1
-            flag[0] = 1  # the host releases the holder: our call waited on it
+            with torch.cuda.stream(copier):  # the host releases the holder: our call waited
+                flag.copy_(one, non_blocking=True)
             progress("our call did not release the holder: the host did")
         released.synchronize()
         progress("released")
