@@ -92,6 +92,17 @@ def pretend_device():
         yield lambda **facts: stack.enter_context(dispatch.pretend_device(**facts))
 
 
+@pytest.fixture
+def reading_tables():
+    """reading_tables(enabled=True): calls read the committed table and the tuning cache, or
+    ignore them (False, as the tests' RMSNORM_TRITON_AUTOTUNE=0 does), for the rest of the test
+    (dispatch.reading_tables, held open until the test ends; a later call's setting wins)."""
+    from impls.triton_rmsnorm import dispatch
+
+    with contextlib.ExitStack() as stack:
+        yield lambda enabled=True: stack.enter_context(dispatch.reading_tables(enabled))
+
+
 @pytest.fixture(autouse=True)
 def _fresh_replays(monkeypatch):
     """Each test starts with no recorded replays (impls/triton_rmsnorm/launch.py): a signature

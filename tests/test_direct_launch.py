@@ -344,7 +344,6 @@ def test_replays_after_tuning(monkeypatch):
     """Tuning on (dispatch.tuning), the first call tunes and launches the tuned configuration,
     recording nothing; the second records the entry's launches and the later two replay them,
     all with the first call's bits."""
-    monkeypatch.setattr(kernel_launch, "_TUNED", {})
     x = torch.randn(384, 2048, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
     w = torch.randn(2048, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn_like(x)

@@ -298,7 +298,9 @@ def test_tuner_cli_lists_its_grid(capsys):
     assert {p[3] for p in points} == {1024, 2048, 4096, 8192}  # fp32 takes fewer widths
 
 
-def test_tuner_main_sweeps_saves_resumes_with_merge_and_stops_on_budget(tmp_path, monkeypatch):
+def test_tuner_main_sweeps_saves_resumes_with_merge_and_stops_on_budget(
+    tmp_path, monkeypatch, reading_tables
+):
     """tune.main's loop with the GPU call replaced (each point adds the entry its tuning would):
     every point saved as it finishes, --merge skips what the table holds, --budget-s stops
     between points, a failing point is reported and the sweep goes on."""
@@ -309,7 +311,7 @@ def test_tuner_main_sweeps_saves_resumes_with_merge_and_stops_on_budget(tmp_path
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(dispatch, "_HEURISTIC_ONLY", False)
+    reading_tables(True)
     ran = []
 
     def run_point(point, device):
@@ -453,7 +455,7 @@ def test_take_same_bits_falls_back_to_the_largest_class_where_no_configuration_k
     assert (got.path, got.configs) == (ref.path, ref.configs)
 
 
-def test_choose_says_where_each_choice_comes_from(monkeypatch):
+def test_choose_says_where_each_choice_comes_from(monkeypatch, reading_tables):
     """dispatch.choose (what dispatch.run runs, and explain shows) on a CUDA device without a
     GPU: the table's entry when its path is offered, the default when it is not or there is
     none, an override with or without the entry's configurations, each with its source."""
@@ -485,9 +487,9 @@ def test_choose_says_where_each_choice_comes_from(monkeypatch):
         assert choice().describe() == ("dispatch.override forced 'single_tile', heuristic "
                                        "configurations")  # fmt: skip
     found["entry"] = None
-    monkeypatch.setattr(dispatch, "_HEURISTIC_ONLY", False)  # (the tests' conftest sets it)
+    reading_tables(True)  # (the tests' conftest turns them off)
     assert choice()[:3] == (paths[0], None, "no_entry")
-    monkeypatch.setattr(dispatch, "_HEURISTIC_ONLY", True)
+    reading_tables(False)
     assert choice().source == "autotune_off"
     cpu = dispatch.choose("fwd", (torch.bfloat16,) * 3, False, 4096, 600, paths,
                           torch.device("cpu"))  # fmt: skip
@@ -627,3 +629,29 @@ def config_bytes_for_one(config) -> int:
 
     reserved = held_paths.SHARED_BYTES_RESERVED_PER_PROGRAM
     return held_paths._held_group_backward_shared_bytes(config) + reserved
+
+
+def test_reading_tables_turns_the_tables_on_and_off_and_restores_the_setting():
+    """dispatch.reading_tables: inside the block the setting holds (what dispatch.choose then
+    says: test_choose_says_where_each_choice_comes_from), nested blocks unwind in order, after
+    it the setting before it is back; anything but a bool is refused, naming the argument."""
+    before = dispatch.heuristic_only()
+    with dispatch.reading_tables(False):
+        assert dispatch.heuristic_only()
+        with dispatch.reading_tables(True):
+            assert not dispatch.heuristic_only()
+        assert dispatch.heuristic_only()
+    assert dispatch.heuristic_only() == before
+    with pytest.raises(TypeError, match="enabled: expected a bool"), dispatch.reading_tables(1):
+        pass
+    assert dispatch.heuristic_only() == before
+
+
+def test_a_tuning_session_measures_every_kernel_anew():
+    """Opening dispatch.tuning() forgets the kernel configurations tuned before in the process
+    (kernel_launch's record of them), so that a session's choices are measured in it."""
+    from impls.triton_rmsnorm import kernel_launch
+
+    kernel_launch._TUNED[("a kernel", "an earlier tuning")] = {"num_warps": 4}
+    with dispatch.tuning(None):
+        assert not kernel_launch._TUNED

@@ -49,12 +49,10 @@ def _fresh_n(near: int) -> int:
 @pytest.fixture
 def table_dispatch(monkeypatch, tmp_path):
     """Default dispatch as a user gets it: the committed table (no runtime tuning, no cache)."""
-    monkeypatch.setattr(dispatch, "_HEURISTIC_ONLY", False)
     monkeypatch.setattr(dispatch, "_TUNE_ENV", False)
     monkeypatch.setenv("RMSNORM_TRITON_TUNE_CACHE", str(tmp_path / "no-cache.json"))
-    dispatch.reload()
-    yield dispatch.table(torch.cuda.current_device())
-    dispatch.reload()
+    with dispatch.reading_tables(True):
+        yield dispatch.table(torch.cuda.current_device())
 
 
 def _has_table() -> bool:

@@ -188,7 +188,8 @@ def _stages_fit(kernel_name, config, block_n, stages, staged_bytes_per_element):
     return staged <= launch.PIPELINE_SHARED_BYTES
 
 
-def _pipelined_launches(pretend_device, monkeypatch, stages, staged_bytes_per_element):
+def _pipelined_launches(pretend_device, reading_tables, monkeypatch, stages,
+                        staged_bytes_per_element):  # fmt: skip
     """Untuned launches at LOOP_STAGES = stages, at most 4 programs per launch (as under the
     interpreter): the loops a tuner may pipeline, each walking several steps.
     staged_bytes_per_element: what the forward stages per tile element (x's size, twice with a
@@ -206,8 +207,7 @@ def _pipelined_launches(pretend_device, monkeypatch, stages, staged_bytes_per_el
             config["PROGRAMS_PER_SM"] = 1  # a persistent grid: each program walks several tiles
         return config
 
-    monkeypatch.setattr(dispatch, "_HEURISTIC_ONLY", True)  # no table: the heuristic's config
-    dispatch.reload()
+    reading_tables(False)  # no table: the heuristic's config
     monkeypatch.setattr(kernel_launch, "_heuristic_config", pipelined)
     pretend_device(sm_count=4)
     monkeypatch.setattr(configs, "HEURISTIC_PROGRAMS_PER_SM", 1)
@@ -373,13 +373,15 @@ def test_contiguous_rows_take_constant_strides(
 @pytest.mark.parametrize("stages", [3, 4])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=lambda d: DTYPE_NAMES[d])
 @pytest.mark.parametrize("shape", list(_PIPELINED_CASES), ids=lambda s: "x".join(map(str, s)))
-def test_pipelined_loops_match_the_oracle(pretend_device, monkeypatch, stages, dtype, shape):
+def test_pipelined_loops_match_the_oracle(
+    pretend_device, reading_tables, monkeypatch, stages, dtype, shape
+):
     """Every software-pipelined loop at LOOP_STAGES > 1 (the tuner may pick them; an untuned
     launch runs 1) against the oracle: the single-tile forward's tile loop (persistent grid),
     the single-tile backward's row loop, the wide backward's row-dot and column loops, the
     looped forward's two chunk loops, each with a partial last step or chunk."""
     element = torch.finfo(dtype).bits // 8
-    launch = _pipelined_launches(pretend_device, monkeypatch, stages, element)
+    launch = _pipelined_launches(pretend_device, reading_tables, monkeypatch, stages, element)
     inputs = make_inputs(shape, dtype, DEVICE)
     _assert_matches_oracle(inputs.x, inputs.weight, inputs.dy)
     launched = launch.take_launch_configs()
@@ -399,7 +401,7 @@ def test_pipelined_loops_match_the_oracle(pretend_device, monkeypatch, stages, d
     ids=["1-bf16", "3-bf16", "4-bf16", "1-fp32"],
 )
 def test_looped_forward_at_its_wider_chunk_matches_the_oracle(
-    pretend_device, monkeypatch, stages, dtype
+    pretend_device, reading_tables, monkeypatch, stages, dtype
 ):
     """The looped forward's other chunk width (LOOPED_FORWARD_CHUNKS, a tuning choice): 70000
     columns in 16384-wide chunks, the last partial, each program walking two rows. fp32 chunks
@@ -407,7 +409,9 @@ def test_looped_forward_at_its_wider_chunk_matches_the_oracle(
     test_tuning.py)."""
     from impls.triton_rmsnorm import kernel_launch
 
-    launch = _pipelined_launches(pretend_device, monkeypatch, stages, torch.finfo(dtype).bits // 8)
+    launch = _pipelined_launches(
+        pretend_device, reading_tables, monkeypatch, stages, torch.finfo(dtype).bits // 8
+    )
     chunk = max(launch.LOOPED_FORWARD_CHUNKS)
     pipelined = kernel_launch._heuristic_config
 
@@ -426,13 +430,17 @@ def test_looped_forward_at_its_wider_chunk_matches_the_oracle(
 
 @pytest.mark.parametrize("stages", [3, 4])
 @pytest.mark.parametrize("shape", [(5, 20000), (523, 512)], ids=lambda s: "x".join(map(str, s)))
-def test_pipelined_loops_with_a_residual(pretend_device, monkeypatch, stages, shape):
+def test_pipelined_loops_with_a_residual(
+    pretend_device, reading_tables, monkeypatch, stages, shape
+):
     """The residual add pipelined: the single-tile forward's tile loop writing h (persistent
     grid), and the backward's loops reading the gradient on h (HAS_DH_OUT): the wide
     backward's column loop at N = 20000, the single-tile backward's row loop at N = 512."""
     from tests.helpers import check_residual as _check
 
-    launch = _pipelined_launches(pretend_device, monkeypatch, stages, 2 * 2)  # bf16 x and r
+    launch = _pipelined_launches(
+        pretend_device, reading_tables, monkeypatch, stages, 2 * 2
+    )  # bf16 x and r
     _check(shape, torch.bfloat16)
     launched = launch.take_launch_configs()
     backward = "rmsnorm_bwd_columns_kernel" if shape[1] > 16384 else "rmsnorm_bwd_kernel"

@@ -226,7 +226,6 @@ def _tuned_kernels(x, dy) -> set[str]:
 
 @needs_gpu
 def test_tuning_leaves_inputs_and_rng_alone_and_gives_oracle_results(monkeypatch, tuning_session):
-    monkeypatch.setattr(kernel_launch, "_TUNED", {})
     x = _misaligned(300, 1000).requires_grad_(True)
     w = torch.randn(1000, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn(300, 1000, device=DEVICE, dtype=torch.bfloat16)
@@ -247,7 +246,6 @@ def test_tuning_with_a_stride_0_gradient_pending_work_and_a_side_stream(
 ):
     """dy from y.sum(0).backward() has stride-0 rows; x is made by a kernel still queued
     behind a long sleep on the caller's (non-default) stream when the call tunes."""
-    monkeypatch.setattr(kernel_launch, "_TUNED", {})
     stream = torch.cuda.Stream()
     source = torch.randn(257, 768, device=DEVICE, dtype=torch.bfloat16)
     w = torch.randn(768, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
@@ -269,7 +267,6 @@ def test_contiguous_and_strided_rows_share_one_tuning(monkeypatch, tuning_sessio
     """The forward's binary depends on whether every row stride is N (ROWS_CONTIGUOUS), its
     best configuration does not: rows strided after contiguous ones of the same shape reuse
     the tuning (no second key), and both match the oracle."""
-    monkeypatch.setattr(kernel_launch, "_TUNED", {})
     w = torch.randn(2048, device=DEVICE, dtype=torch.bfloat16)
     contiguous = torch.randn(512, 2048, device=DEVICE, dtype=torch.bfloat16)
     strided = torch.randn(512, 2048 + 64, device=DEVICE, dtype=torch.bfloat16)[:, :2048]
@@ -290,7 +287,6 @@ def test_a_capture_inside_a_tuning_takes_the_heuristic_unremembered(monkeypatch)
     the tests run heuristic-only) and nothing is remembered. The next call outside the capture
     tunes and adds its entry, and a later capture takes the entry and replays bitwise the eager
     result."""
-    monkeypatch.setattr(kernel_launch, "_TUNED", {})
     x = torch.randn(256, 3072, device=DEVICE, dtype=torch.bfloat16)
     w = torch.randn(3072, device=DEVICE, dtype=torch.bfloat16)
     with torch.no_grad():

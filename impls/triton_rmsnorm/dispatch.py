@@ -104,6 +104,26 @@ def heuristic_only() -> bool:
     return _HEURISTIC_ONLY
 
 
+@contextlib.contextmanager
+def reading_tables(enabled: bool = True):
+    """Within the block, calls read the committed table and the tuning cache (enabled), or
+    ignore them as under RMSNORM_TRITON_AUTOTUNE=0 (the heuristic serves every call that no
+    tuning session's entry does), whatever the environment said at import. Process-wide, as
+    that variable is; the lookups and replays made under the other setting are forgotten as
+    the block opens and closes."""
+    global _HEURISTIC_ONLY
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled: expected a bool, got {type(enabled).__name__}")
+    before = _HEURISTIC_ONLY
+    _HEURISTIC_ONLY = not enabled
+    _forget_lookups()
+    try:
+        yield
+    finally:
+        _HEURISTIC_ONLY = before
+        _forget_lookups()
+
+
 def cache_path(device_name: str) -> Path:
     env = os.environ.get("RMSNORM_TRITON_TUNE_CACHE")
     if env:
@@ -162,6 +182,9 @@ _LOOKUPS: dict[tuple, Entry | None] = {}
 
 #: Called when the tables change (replays.py forgets its replays, recorded under the old ones).
 ON_CHANGE: list = []
+#: Called as a tuning session opens (kernel_launch forgets the kernel configurations tuned
+#: before: a session measures every kernel it meets anew).
+ON_TUNING_START: list = []
 
 
 #: Counts the tables' changes: a call during which it moved (a tuning) is not recorded for
@@ -210,7 +233,8 @@ def lookup(direction: str, dtypes: tuple, residual: bool, n: int, m: int, device
 def tuning(table_path: str | os.PathLike | None = None, allow_group: bool = False,
            into: Table | None = None):  # fmt: skip
     """Runtime tuning on, for calls made inside the block (any thread): each call class not in
-    the session's table is measured and tuned, and its choice added to the session's table
+    the session's table is measured and tuned (every kernel's configuration measured anew, not
+    taken from an earlier tuning in the process), and its choice added to the session's table
     (`into`, or a new one) and saved to table_path when given. Entries the session holds are
     read before every other table. One session at a time."""
     global _SESSION
@@ -221,6 +245,8 @@ def tuning(table_path: str | os.PathLike | None = None, allow_group: bool = Fals
         session_table = into if into is not None else (_read(path) if path else Table())
         _SESSION = _Session(session_table, path, allow_group)
         _forget_lookups()
+        for hook in ON_TUNING_START:
+            hook()
     try:
         yield _SESSION.table
     finally:

@@ -85,6 +85,7 @@ def autotuning() -> bool:
 #: (kernel, dtypes, launch switches, N, M's bit length, device) -> the tuner's choice as launch
 #: keywords: each key is tuned once per process (tuning.py).
 _TUNED: dict[tuple, dict] = {}
+dispatch.ON_TUNING_START.append(_TUNED.clear)
 #: Launch switches that change a kernel's binary but not which configuration suits it: left out
 #: of the tuning key, so contiguous, strided and two-level rows of one shape share one tuning
 #: (each layout still compiles its own binary at its first launch), as they share a dispatch
