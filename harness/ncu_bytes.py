@@ -38,6 +38,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from harness import traffic
+
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 MARKER = "_ncu_marker"
 _GRID_X = re.compile(r"\(?\s*(\d+)")
@@ -105,23 +107,12 @@ def plan(backend_name: str, shapes: list[str], modes: list[str]) -> list[dict]:
             for i, (s, m) in enumerate((s, m) for s in shapes for m in modes)]  # fmt: skip
 
 
-def model_bytes(shape: str, mode: str, dtype: str, op: str) -> tuple[int, int]:
-    """The byte model's (bytes moved, bytes read) for one measurement (harness.traffic)."""
-    from harness import traffic
-    from harness.shapes import parse_shape
-
-    m, n = parse_shape(shape)
-    es = {"fp16": 2, "bf16": 2, "fp32": 4}[dtype]
-    return (traffic.counted_bytes(mode, m, n, es, op),
-            traffic.counted_read_bytes(mode, m, n, es, op))  # fmt: skip
-
-
 def records(plan_: list[dict], measured: dict[int, dict], dtype: str, op: str,
             errors: dict[int, str]) -> list[dict]:  # fmt: skip
-    """One record per measurement: DRAM bytes beside the model's (model_bytes)."""
+    """One record per measurement: DRAM bytes beside the model's (traffic.model_bytes)."""
     out = []
     for p in plan_:
-        model, model_read = model_bytes(p["shape"], p["mode"], dtype, op)
+        model, model_read = traffic.model_bytes(p["shape"], p["mode"], dtype, op)
         rec = {**p, "dtype": dtype, "op": op, "model_bytes": model,
                "model_read_bytes": model_read, "model_write_bytes": model - model_read}  # fmt: skip
         got = measured.get(p["index"])

@@ -575,7 +575,7 @@ def _model_read_bytes(record: dict) -> int:
     they were stored)."""
     if record.get("model_read_bytes") is not None:
         return record["model_read_bytes"]
-    from harness.ncu_bytes import model_bytes
+    from harness.traffic import model_bytes
 
     return model_bytes(record["shape"], record["mode"], record["dtype"],
                        record.get("op", "rmsnorm"))[1]  # fmt: skip

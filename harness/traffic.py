@@ -64,6 +64,17 @@ def fp8_counted_bytes(
     return inputs + m * n + 4 * scales[scaling]
 
 
+def model_bytes(shape: str, mode: str, dtype: str, op: str) -> tuple[int, int]:
+    """The model's (bytes moved, bytes read) for one measurement: shape "MxN", mode, dtype name
+    (fp16, bf16, fp32), op (what harness.ncu_bytes sets beside Nsight Compute's counts)."""
+    from harness.shapes import parse_shape
+
+    m, n = parse_shape(shape)
+    element_size = {"fp16": 2, "bf16": 2, "fp32": 4}[dtype]
+    return (counted_bytes(mode, m, n, element_size, op),
+            counted_read_bytes(mode, m, n, element_size, op))  # fmt: skip
+
+
 def copy_bytes(m: int, n: int, element_size: int) -> int:
     """A same-shape copy reads M*N and writes M*N elements: each shape's floor."""
     return 2 * m * n * element_size
