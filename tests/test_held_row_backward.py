@@ -112,9 +112,7 @@ def test_backward_measures_the_group_where_the_row_fills_its_slices(pretend_devi
     16384-column slices it measured 0.64-0.88x there)."""
     bf16 = torch.bfloat16
     monkeypatch.setattr(launch, "backward_holds_row_on_chip", lambda *a: True)
-    fits = {"group": True}
-    pretend_device(inline_ptx=True)
-    monkeypatch.setattr(held_paths, "_held_group_fits_device", lambda device, n, c: fits["group"])
+    pretend_device(**H200_FACTS)  # the grouped configurations fit the device
     held = [launch._backward_wide, *launch._HELD_ROW_BACKWARDS]
 
     def offered(n):
@@ -128,7 +126,7 @@ def test_backward_measures_the_group_where_the_row_fills_its_slices(pretend_devi
     assert offered(WIDEST - 16) == held
     assert offered(20480) == held
     assert offered(NARROWEST) == held
-    fits["group"] = False
+    pretend_device(capability=(8, 0))  # not Hopper-class: no grouped configuration fits
     assert offered(WIDEST) == held
 
 
