@@ -99,6 +99,7 @@ def beside_holder(call, held: int, device_flag: bool) -> dict:
             else:
                 flag[0] = 1
         released.synchronize()
+        copier.synchronize()  # a host release's copy lands before the next repeat clears the flag
         side.synchronize()
         times.append(start.elapsed_time(end))
     return {"beside_ms": times, "median_ms": statistics.median(times), "host_released": helped}

@@ -204,6 +204,7 @@ def hold_scenario(case: dict) -> dict:
                 flag.copy_(one, non_blocking=True)
             progress("our call did not release the holder: the host did")
         released.synchronize()
+        copier.synchronize()  # a host release's copy lands before the next repeat clears the flag
         progress("released")
         side.synchronize()
         beside.append(start.elapsed_time(end))

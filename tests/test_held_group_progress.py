@@ -1,4 +1,4 @@
-"""The grouped kernels in an ordinary launch (gluon_kernels' grouped section), called directly
+"""The grouped kernels in an ordinary launch (gluon_group_exchange.py's docstring), called directly
 through their launchers (tests/held_group_scenarios.py): they match the oracle, give the same
 bits in every run and process and whether or not their time-out fallback runs, survive graph
 capture, and finish beside a kernel that holds SMs until a flag set after our call (the

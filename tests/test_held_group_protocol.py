@@ -1,4 +1,4 @@
-"""The grouped kernels' claim protocol (gluon_kernels' grouped section) modelled in Python, step
+"""The grouped kernels' claim protocol (gluon_group_exchange.py's docstring) modelled in Python, step
 for step as member 0 runs it: chunks claimed from one counter by groups in any interleaving,
 each group's chain of chunks read back through its own links. Checks that member 0 never
 needs a link it has not written yet (it reads its own links too, so that would hang it), that

@@ -109,8 +109,9 @@ def reading_tables(enabled: bool = True):
     """Within the block, calls read the committed table and the tuning cache (enabled), or
     ignore them as under RMSNORM_TRITON_AUTOTUNE=0 (the heuristic serves every call that no
     tuning session's entry does), whatever the environment said at import. Process-wide, as
-    that variable is; the lookups and replays made under the other setting are forgotten as
-    the block opens and closes."""
+    that variable is, and for a block no other thread makes calls across (a test's): the
+    lookups and replays made under the other setting are forgotten as the block opens and
+    closes, not while another thread reads them."""
     global _HEURISTIC_ONLY
     if not isinstance(enabled, bool):
         raise TypeError(f"enabled: expected a bool, got {type(enabled).__name__}")

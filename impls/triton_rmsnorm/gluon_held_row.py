@@ -1,5 +1,6 @@
-"""The held-row kernels in Gluon: one program holds each 16-bit row in shared memory (w held
-there too) and reads it from global memory once (held_paths.py offers them)."""
+"""The held-row kernels in Gluon: one program holds each 16-bit row on chip and reads it from
+global memory once: the forward in registers and shared memory (w read per row), the backward
+x and dy staged in a shared-memory ring with w held there too (held_paths.py offers them)."""
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl

@@ -35,7 +35,7 @@ from .paths import Path, path
 #: of the GPU until ours ends). Programs join groups in start order, so otherwise every wait
 #: ends once partners that are already running, or about to start, get there.
 HELD_GROUP_SPIN_LIMIT = 1 << 20
-#: Rows a claim of the grouped forward takes (gluon_kernels' grouped section): one, so that
+#: Rows a claim of the grouped forward takes (gluon_group_exchange.py's docstring): one, so that
 #: groups finish within a row of each other whatever number of them is resident.
 HELD_GROUP_FORWARD_CHUNK_ROWS = 1
 #: How far past the writers' tags the grouped kernels' readers look: 0. The tests set 1, so
@@ -64,7 +64,7 @@ def _forward_held_group(
 ):
     """Rows shared by a group of programs (held_group_forwards says when), in configuration
     `config`: as many groups as fit _held_group_forward_programs_per_sm programs an SM (the
-    registers capped so that they can: _register_cap), in an ordinary launch (any number of them may be resident: gluon_kernels' grouped section), each
+    registers capped so that they can: _register_cap), in an ordinary launch (any number of them may be resident: gluon_group_exchange.py's docstring), each
     group claiming rows one at a time. Allocates one int64 per (row, slice) and per row, and a
     few more (the exchange and the claims: held_group_exchange)."""
     m, n = x.shape

@@ -43,7 +43,7 @@ class HeldGroupForward(NamedTuple):
 
 #: The grouped held-row forward (gluon_kernels.rmsnorm_fwd_held_group_kernel), past
 #: forward_launch.SINGLE_TILE_MAX_N: a group of programs shares each row, each holding a slice, in an ordinary
-#: launch (programs join groups in start order and claim rows: gluon_kernels' grouped section);
+#: launch (programs join groups in start order and claim rows: gluon_group_exchange.py's docstring);
 #: the slices' sums exchanged as the grouped backward's. Each configuration here that
 #: fits the device is a path of its own, offered beside the looped or split path and, up to
 #: HELD_ROW_MAX_N, the held row; below 65537 columns every configuration trailed the single tile
@@ -206,7 +206,7 @@ def held_group_exchange(
     """(sums, ctrl): the grouped kernels' exchange, one zeroed int64 allocation a launch (one
     memset, which a captured graph replays with the launch): sums, a word per (row, slice);
     ctrl, int32 from the next 16-byte boundary, the ticket and claim counters, a head a group
-    and a link a chunk of rows (gluon_kernels' grouped section)."""
+    and a link a chunk of rows (gluon_group_exchange.py's docstring)."""
     words = m * group
     start = words + words % 2
     ctrl = 2 + groups + chunks  # int32
