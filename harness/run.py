@@ -212,15 +212,23 @@ def run(
 
 class _FirstCalls:
     """First-call columns (harness.costs) for the cases config.first_call_shapes names (all when
-    None; cases outside the run are ignored): a cold and a warm process per backend and dtype,
-    run when that backend's first case of that dtype comes up, so rows keep streaming out."""
+    None; cases outside the run, or a resumed run's kept cases, are ignored): a cold and a warm
+    process per backend and dtype, covering every such case at once, run when the first of them
+    comes up for that backend (not its first case of the run: a run cut before a named case and
+    resumed would pay the processes again and attach nothing), so rows keep streaming out."""
 
     def __init__(self, config: RunConfig, progress) -> None:
         self.enabled = "first_call" in config.costs and _on_cuda()
         wanted = list(config.shapes)
         if config.first_call_shapes is not None:
             wanted = [s for s in config.first_call_shapes if s in wanted]
-        self.wanted, self.progress = wanted, progress
+        #: dtype name -> the wanted cases this run still measures (a resume kept the rest)
+        self.wanted = {
+            DTYPE_NAMES[d]: [s for s in wanted
+                             if (shape_label(s), DTYPE_NAMES[d]) not in config.done_cases]
+            for d in config.dtypes
+        }  # fmt: skip
+        self.progress = progress
         self.table: dict[tuple, dict] = {}
         self.done: set[tuple] = set()
 
@@ -228,15 +236,16 @@ class _FirstCalls:
         if not self.enabled:
             return {}
         name = DTYPE_NAMES[dtype]
-        if (backend.name, name) not in self.done:
+        wanted = self.wanted.get(name, [])
+        if (backend.name, name) not in self.done and label in map(shape_label, wanted):
             self.done.add((backend.name, name))
-            self._measure(backend, dtype)
+            self._measure(backend, dtype, wanted)
         return self.table.get((backend.name, label, name, mode), {})
 
-    def _measure(self, backend: Backend, dtype: torch.dtype) -> None:
+    def _measure(self, backend: Backend, dtype: torch.dtype, wanted: list) -> None:
         from harness import costs
 
-        cases = [s for s in self.wanted if case_skip_reason(backend, s, dtype, "cuda") is None]
+        cases = [s for s in wanted if case_skip_reason(backend, s, dtype, "cuda") is None]
         if not cases:
             return
         started = time.perf_counter()

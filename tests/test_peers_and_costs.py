@@ -502,8 +502,32 @@ def test_first_calls_run_once_per_backend_and_dtype_for_the_wanted_cases(monkeyp
                            costs=["first_call"], first_call_shapes=[(9, 64), (1, 1)])  # fmt: skip
     first = run._FirstCalls(config, progress=lambda msg: None)
     assert first.columns(eager, torch.bfloat16, "8x64", "fwd") == {}
+    assert seen == []  # not at the backend's first case: at the first case named (9x64)
     assert first.columns(eager, torch.bfloat16, "9x64", "bwd") == {"first_call_cold_s": 1.0}
     assert seen == [("eager", ["9x64"], "bf16")]  # once, and (1, 1) is not a case of the run
     off = run._FirstCalls(run.RunConfig(backends=[eager], shapes=[(8, 64)], dtypes=[torch.bfloat16]),
                           progress=lambda msg: None)  # fmt: skip
     assert off.columns(eager, torch.bfloat16, "8x64", "fwd") == {} and len(seen) == 1
+
+
+def test_a_resumed_run_measures_first_calls_only_for_the_cases_it_still_measures(monkeypatch):
+    """A run cut after the named case 8x64 and resumed: its kept rows carry their columns, so the
+    fresh processes cover 9x64 alone (the H200's models run at 93acdef366da, cut and resumed,
+    paid every backend's two processes again before reaching the one case named)."""
+    from harness import run
+
+    seen = []
+
+    def fake(name, cases, dtype):
+        seen.append([shapes.shape_label(c) for c in cases])
+        return {(shapes.shape_label(c), m): {"first_call_cold_s": 2.0} for c in cases
+                for m in ("fwd", "bwd")}  # fmt: skip
+
+    monkeypatch.setattr(run, "_on_cuda", lambda: True)
+    monkeypatch.setattr(costs, "first_call_costs", fake)
+    eager = get_backend("eager")
+    config = run.RunConfig(backends=[eager], shapes=[(8, 64), (9, 64)], dtypes=[torch.bfloat16],
+                           costs=["first_call"], done_cases=frozenset({("8x64", "bf16")}))  # fmt: skip
+    first = run._FirstCalls(config, progress=lambda msg: None)
+    assert first.columns(eager, torch.bfloat16, "9x64", "fwd") == {"first_call_cold_s": 2.0}
+    assert seen == [["9x64"]]
