@@ -455,6 +455,111 @@ def test_take_same_bits_falls_back_to_the_largest_class_where_no_configuration_k
     assert (got.path, got.configs) == (ref.path, ref.configs)
 
 
+def test_least_regret_tree_weighs_every_class_and_keeps_the_current_tree_within_the_margin():
+    """invariance.least_regret_tree: the tree of least worst ratio to each class's fastest time,
+    over trees timed at every class (a tree missing at one class counts in that class's fastest
+    but cannot be chosen); the current tree (0) stays unless another beats its worst ratio by
+    more than the margin."""
+    from impls.triton_rmsnorm.batch_invariance import least_regret_tree, worst_ratio
+
+    # the 2048x4096 case: tree 1 is 5.6% faster at 2048 rows, 2.7% slower at 16384
+    best = {2048: {0: 8.92, 1: 8.42}, 16384: {0: 66.6, 1: 68.4}}
+    assert least_regret_tree(best) == 1
+    assert worst_ratio(best, 0) == pytest.approx(8.92 / 8.42)
+    assert worst_ratio(best, 1) == pytest.approx(68.4 / 66.6)
+    # the largest class alone would keep tree 0; a class where tree 1 is far slower keeps it too
+    assert least_regret_tree({**best, 1: {0: 1.30, 1: 1.50}}) == 0
+    # tree 2 is fastest at 2048 but not timed at 16384: not chosen, yet it sets 2048's bar
+    best_with_missing = {2048: {0: 8.92, 1: 8.42, 2: 8.0}, 16384: {0: 66.6, 1: 68.4}}
+    assert least_regret_tree(best_with_missing) == 1
+    assert worst_ratio(best_with_missing, 2) == float("inf")
+    # within the margin the current tree stays; past it another is taken
+    close = {1: {0: 1.005, 1: 1.0}, 8: {0: 1.0, 1: 1.0}}
+    assert least_regret_tree(close) == 0
+    assert least_regret_tree(close, margin=0.001) == 1
+    assert least_regret_tree({}) is None
+    assert least_regret_tree({1: {0: 1.0}, 8: {1: 1.0}}) is None  # no tree at every class
+    assert least_regret_tree({1: {1: 2.0, 2: 1.0}, 8: {1: 1.0, 2: 1.5}}) == 2  # no current tree
+
+
+def _joint_family(old):
+    """A bf16 forward family at _REPICK_N for the joint re-pick: the largest class and two
+    smaller ones, each at `old`'s configuration, beside a family whose classes are not all the
+    single tile."""
+    ref = Entry(KEY, _REPICK_N, _REPICK_REF_M, "single_tile", old)
+    return Table([
+        ref, Entry(KEY, _REPICK_N, _REPICK_M, "single_tile", old),
+        Entry(KEY, _REPICK_N, 1, "single_tile", old),
+        Entry(KEY, 512, 64, "looped", {}), Entry(KEY, 512, 8, "single_tile", old),
+    ])  # fmt: skip
+
+
+def _stub_times(monkeypatch, ms_of):
+    """tuning.times stubbed: ms_of(config, m) for each candidate; records each group timed."""
+    from impls.triton_rmsnorm import tuning
+
+    timed = []
+
+    def times(candidates, launch, args, passes=1):
+        timed.append((args[0].shape[0], list(candidates)))
+        return [ms_of(c, args[0].shape[0]) for c in candidates]
+
+    monkeypatch.setattr(tuning, "times", times)
+    return timed
+
+
+def test_repick_jointly_gives_each_class_its_fastest_configuration_of_the_chosen_tree(monkeypatch):
+    """invariance.repick_jointly on the CPU (the interpreter's sums do not follow the warps, so
+    every configuration is one tree): each class of the family takes the configuration the
+    timer finds fastest at that class (stubbed: the most warps, then the most rows a tile),
+    the bits are checked through the dispatch, and no width counts as changed (one tree); a
+    family whose classes are not all the single tile is left alone."""
+    invariance, _, _ = _repick_family()
+    old = {"rmsnorm_fwd_kernel": {**_REF_CONFIG, "BLOCK_M": 8, "num_warps": 2}}
+    table = _joint_family(old)
+    timed = _stub_times(monkeypatch, lambda c, m: 1.0 / (c["num_warps"] * 16 + c["BLOCK_M"]))
+    with dispatch.tuning(None, into=table):
+        changed = invariance.repick_jointly(
+            table, torch.device(DEVICE), None, {"bfloat16"}, {False}
+        )
+    assert changed == 0
+    assert sorted(m for m, _ in timed) == [1, _REPICK_M, _REPICK_REF_M]  # one tree a class
+    for m, candidates in timed:
+        fastest = max(candidates, key=lambda c: (c["num_warps"], c["BLOCK_M"]))
+        assert table.lookup(KEY, _REPICK_N, m).configs == {"rmsnorm_fwd_kernel": fastest}
+        assert old["rmsnorm_fwd_kernel"] in candidates  # the entry's own configuration is tried
+    assert table.lookup(KEY, 512, 8).configs == old
+
+
+def test_repick_jointly_takes_another_tree_only_where_its_bits_hold(monkeypatch):
+    """invariance.repick_jointly with two trees (the rows of 2-warp configurations made to
+    differ, _forced_rows stubbed): the tree of least worst ratio wins even where it is slower
+    at the largest class; a tree whose bits the dispatch then does not give (on the CPU the
+    real rows are tree 0's) leaves the family's entries as they were."""
+    invariance, _, _ = _repick_family()
+    real = invariance._forced_rows
+
+    def forced_rows(n, m, x, w, r, rows, also=()):
+        for config, y in real(n, m, x, w, r, rows, also):
+            yield config, (y * 2 if config["num_warps"] == 2 else y)
+
+    monkeypatch.setattr(invariance, "_forced_rows", forced_rows)
+    # tree 1 (2 warps): 10% faster at the small classes, 2% slower at the largest
+    _stub_times(monkeypatch, lambda c, m: (0.9 if m < _REPICK_REF_M else 1.02)
+                if c["num_warps"] == 2 else 1.0)  # fmt: skip
+    old = {"rmsnorm_fwd_kernel": dict(_REF_CONFIG)}
+    table = _joint_family(old)
+    printed = []
+    monkeypatch.setattr("builtins.print", lambda *a, **k: printed.append(" ".join(map(str, a))))
+    with dispatch.tuning(None, into=table):
+        changed = invariance.repick_jointly(table, torch.device(DEVICE), {_REPICK_N})
+    assert changed == 0
+    said = next(line for line in printed if f"n={_REPICK_N}:" in line)
+    assert "takes tree 1" in said and "entries kept" in said
+    for m in (1, _REPICK_M, _REPICK_REF_M):
+        assert table.lookup(KEY, _REPICK_N, m).configs == old
+
+
 def test_choose_says_where_each_choice_comes_from(monkeypatch, reading_tables):
     """dispatch.choose (what dispatch.run runs, and explain shows) on a CUDA device without a
     GPU: the table's entry when its path is offered, the default when it is not or there is

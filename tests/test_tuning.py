@@ -412,6 +412,19 @@ def test_fastest_skips_an_unrunnable_candidate_in_later_passes(monkeypatch):
     assert timed == [0, 1, 2, 2, 0, 0, 2]
 
 
+def test_times_gives_every_candidates_best_time_and_inf_for_an_unrunnable_one(monkeypatch):
+    """tuning.times (what fastest ranks, and the joint re-pick compares across trees): each
+    candidate's best time over the passes, inf where it cannot run; one candidate is timed too
+    (fastest returns it untimed)."""
+    _stub_timer(monkeypatch, {0: [5.0, 1.0], 2: [4.0, 3.0]}, unrunnable=(1,))
+    ms = tuning.times([0, 1, 2], lambda c, args: c, (torch.zeros(1),), passes=2)
+    assert ms == [1.0, float("inf"), 3.0]
+    timed = _stub_timer(monkeypatch, {0: [2.5]})
+    assert tuning.times([0], lambda c, args: c, (torch.zeros(1),)) == [2.5] and timed == [0]
+    timed = _stub_timer(monkeypatch, {0: [2.5]})
+    assert _fastest_of([0], passes=1) == 0 and timed == []
+
+
 def test_fastest_raises_when_nothing_runs_or_no_pass_is_asked(monkeypatch):
     _stub_timer(monkeypatch, {}, unrunnable=(0, 1))
     with pytest.raises(OutOfResources):

@@ -1,7 +1,9 @@
 """Batch invariance of the tuned table: a row's y bits the same at every M class of a forward
 width. The offline tuner (tune.py) runs these inside its tuning session: batch_invariance
 checks each width's entries on the GPU and mends those whose rows differ; repick_same_bits
-re-picks entries of an existing table; unify_by_largest_class is the blunt rule without a GPU.
+re-picks entries of an existing table within the largest class's reduction tree; repick_jointly
+chooses a width's tree over all its M classes at once; unify_by_largest_class is the blunt
+rule without a GPU.
 An entry that must keep its width's bits takes the fastest single-tile configuration whose rows
 are bitwise the largest class's (same_bits_configs: every candidate forced and compared, then
 timed by the tuner's own timer).
@@ -179,6 +181,14 @@ def same_bits_configs(n: int, m: int, x, w, r, rows: int, want, also=()) -> list
     candidates, launch._candidates, and those of `also` not among them) whose y rows, computed
     in calls of m rows forced at each (dispatch.override), are bitwise want: the same reduction
     tree as want's, whatever their grid, pipelining or rows a tile."""
+    return [config for config, y in _forced_rows(n, m, x, w, r, rows, also) if torch.equal(y, want)]
+
+
+def _forced_rows(n: int, m: int, x, w, r, rows: int, also=()):
+    """(config, y rows) for each of the plain single-tile forward's configurations tried at m
+    rows (launch._candidates, and those of `also` not among them), the rows computed in calls
+    of m rows forced at the configuration; every candidate compiled first, at once, as a tuning
+    does."""
     xm = x[:m]
     rm = None if r is None else r[:m]
     y = torch.empty_like(xm)
@@ -191,7 +201,7 @@ def same_bits_configs(n: int, m: int, x, w, r, rows: int, want, also=()) -> list
     switches = forward_launch.plain_forward_launch_switches(xm, y, rstd, rm is not None, strides)
     candidates = launch._candidates(SINGLE_TILE_FORWARD, args, switches)
     candidates += [c for c in also if c not in candidates]
-    if not common.interpreting():  # every candidate compiled at once, as a tuning does
+    if not common.interpreting():
 
         def grid(meta):
             return (configs._tile_programs(m, meta, x.device),)
@@ -200,13 +210,10 @@ def same_bits_configs(n: int, m: int, x, w, r, rows: int, want, also=()) -> list
             configs._kernel_grid_and_meta(SINGLE_TILE_FORWARD, grid, {**switches, **config})
             for config in candidates
         ])  # fmt: skip
-    kept = []
     for config in candidates:
         with dispatch.override(forward="single_tile",
                                forward_configs={SINGLE_TILE_FORWARD: config}):  # fmt: skip
-            if torch.equal(_y_rows(x, w, r, rows, m), want):
-                kept.append(config)
-    return kept
+            yield config, _y_rows(x, w, r, rows, m)
 
 
 def fastest_same_bits(n: int, m: int, ref, x, w, r, rows: int, want) -> dict | None:
@@ -219,12 +226,134 @@ def fastest_same_bits(n: int, m: int, ref, x, w, r, rows: int, want) -> dict | N
     if not candidates:
         return None
 
-    def run(config, a):
-        with dispatch.override(forward="single_tile",
-                               forward_configs={SINGLE_TILE_FORWARD: config}):  # fmt: skip
-            launch.rmsnorm_forward(a[0], a[1], PROBE_EPS, 0.0, None, a[2])
+    return tuning.fastest(candidates, _forced_call, (x[:m], w, None if r is None else r[:m]),
+                          passes=2)  # fmt: skip
 
-    return tuning.fastest(candidates, run, (x[:m], w, None if r is None else r[:m]), passes=2)
+
+def _forced_call(config: dict, args: tuple) -> None:
+    """One forward of args (x, w, r) forced at the single tile's configuration config."""
+    with dispatch.override(forward="single_tile", forward_configs={SINGLE_TILE_FORWARD: config}):
+        launch.rmsnorm_forward(args[0], args[1], PROBE_EPS, 0.0, None, args[2])
+
+
+# ---- choosing a width's reduction tree over all its M classes at once ------------------------
+
+
+#: Another tree replaces a width's current one only where its worst ratio is lower by more than
+#: this (the timer's spread between passes is about 1%: a smaller lead is not one).
+JOINT_MARGIN = 0.01
+
+
+def least_regret_tree(best_ms: dict[int, dict[int, float]], margin: float = JOINT_MARGIN):
+    """The tree to give every M class of a width: best_ms[m][tree] is the least ms of the
+    tree's configurations at class m (trees numbered, 0 the width's current one). Of the trees
+    timed at every class, the one whose worst ratio to its class's fastest time (over every
+    tree timed there, those missing at some class included: worst_ratio) is least; the current
+    tree stays unless another's is lower by more than margin (ties: the lower number). None
+    where no tree is timed at every class."""
+    if not best_ms:
+        return None
+    everywhere = sorted(set.intersection(*(set(times) for times in best_ms.values())))
+    if not everywhere:
+        return None
+    best = min(everywhere, key=lambda tree: worst_ratio(best_ms, tree))
+    if 0 in everywhere and worst_ratio(best_ms, best) > worst_ratio(best_ms, 0) - margin:
+        return 0
+    return best
+
+
+def worst_ratio(best_ms: dict[int, dict[int, float]], tree: int) -> float:
+    """tree's worst ratio to the fastest time of a class (over every tree timed there), over
+    the classes; inf where tree is not timed at some class."""
+    if any(tree not in times for times in best_ms.values()):
+        return float("inf")
+    return max(times[tree] / min(times.values()) for times in best_ms.values())
+
+
+@torch.no_grad()
+def repick_jointly(table: Table, device: torch.device, widths=None, dtypes=None,
+                   residuals=None) -> int:  # fmt: skip
+    """Each forward width (of these widths, dtypes by name and residual flags; None: all)
+    whose entries all take the plain single tile gets one reduction tree chosen over all its M
+    classes at once: at each class every candidate configuration is run (_forced_rows) and
+    grouped by the bits of its y rows (one group a tree), each group's configurations timed by
+    the tuner's timer (tuning.times, two passes); the tree of least worst ratio to each class's
+    fastest time (least_regret_tree) then gives each class its fastest configuration. The
+    batch-invariance rule (one tree per width) kept, the width's largest class no longer
+    decides the tree alone: the re-pick the 2048-row forward asked for (forward_mid_m_gap:
+    another tree 5.6% faster at 2048 x 4096, 2.7% slower at 16384 x 4096). Every class is then
+    checked through the runtime's dispatch to give the chosen tree's rows; a width where one
+    does not gets its entries back. Run inside the tuning session. Returns the widths whose
+    tree changed."""
+    changed = 0
+    for (key, n), entries in forward_families(table, widths, dtypes, residuals).items():
+        if len(entries) == 1:
+            continue  # one class: the tuner's pick is already its fastest tree's fastest
+        if any(e.path != "single_tile" or set(e.configs) != {SINGLE_TILE_FORWARD} for e in entries):
+            print(f"joint re-pick: fwd {_family_name(key, n)}: skipped (not the single tile at "
+                  f"every class)", flush=True)  # fmt: skip
+            continue
+        t0 = time.perf_counter()
+        ref = max(entries, key=lambda e: e.m)
+        x, w, r, rows, want = _family_probe(key, n, ref, device)
+        trees, best = [want], {}  # best[m][tree] = (ms, config)
+        for entry in sorted(entries, key=lambda e: e.m):
+            best[entry.m] = _fastest_of_each_tree(n, entry, x, w, r, rows, trees)
+        best_ms = {
+            m: {tree: ms for tree, (ms, _) in by_tree.items()} for m, by_tree in best.items()
+        }
+        tree = least_regret_tree(best_ms)
+        if tree is None:
+            print(f"joint re-pick: fwd {_family_name(key, n)}: no tree runs at every class; "
+                  f"kept", flush=True)  # fmt: skip
+            continue
+        for entry in entries:
+            dispatch.add_entry(Entry(key, n, entry.m, "single_tile",
+                                     {SINGLE_TILE_FORWARD: best[entry.m][tree][1]}))  # fmt: skip
+        kept = all(torch.equal(_y_rows(x, w, r, rows, e.m), trees[tree]) for e in entries)
+        if not kept:
+            for entry in entries:
+                dispatch.add_entry(entry)
+        elif tree != 0:
+            changed += 1
+        current = worst_ratio(best_ms, 0)
+        print(f"joint re-pick: fwd {_family_name(key, n)}: {len(trees)} trees; takes tree "
+              f"{tree}, worst {worst_ratio(best_ms, tree):.3f} of a class's fastest (tree 0, "
+              f"the current: {current:.3f})"
+              f"{'' if kept else '; its bits did not hold through the dispatch: entries kept'}"
+              f" ({time.perf_counter() - t0:.1f} s)", flush=True)  # fmt: skip
+        for m, by_tree in best.items():
+            print(f"    m={m}: " + ", ".join(f"tree {t} {ms * 1000:.2f} us"
+                                          for t, (ms, _) in sorted(by_tree.items())), flush=True)  # fmt: skip
+    return changed
+
+
+def _fastest_of_each_tree(n: int, entry: Entry, x, w, r, rows: int, trees: list) -> dict:
+    """{tree: (ms, config)} at entry's class: each candidate configuration (and entry's own)
+    put in the tree its y rows match bit for bit (a new tree, appended to trees, where none
+    does), and each tree's fastest configuration by tuning.times."""
+    groups: dict[int, list[dict]] = {}
+    for config, y in _forced_rows(n, entry.m, x, w, r, rows, [entry.configs[SINGLE_TILE_FORWARD]]):
+        tree = next((i for i, rows_of in enumerate(trees) if torch.equal(y, rows_of)), None)
+        if tree is None:
+            tree = len(trees)
+            trees.append(y)
+        groups.setdefault(tree, []).append(config)
+    args = (x[: entry.m], w, None if r is None else r[: entry.m])
+    best = {}
+    for tree, group in groups.items():
+        try:
+            ms = tuning.times(group, _forced_call, args, passes=2)
+        except tuning.UNRUNNABLE:  # no configuration of this tree runs on this GPU
+            continue
+        fastest = min(range(len(group)), key=ms.__getitem__)
+        if ms[fastest] != float("inf"):
+            best[tree] = (ms[fastest], group[fastest])
+    return best
+
+
+def _family_name(key, n: int) -> str:
+    return f"{key.dtypes[0]} {'res' if key.residual else '-'} n={n}"
 
 
 def _y_rows(x, w, r, rows: int, m: int) -> torch.Tensor:

@@ -51,7 +51,7 @@ def _compile_in_parallel(kernel, args: tuple, launches: list[tuple]) -> None:
     compile in parallel: docs/design.md, Dispatch). A tuning of a
     shape class compiles up to ~100 candidates, one after another without this. A candidate
     that fails to compile is left to the timing loop, which compiles it again and skips it
-    (tuning._UNRUNNABLE)."""
+    (tuning.UNRUNNABLE)."""
     threads = min(len(launches), _usable_cpus(), COMPILE_THREADS)
     if threads < 2:
         return

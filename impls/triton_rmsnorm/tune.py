@@ -8,7 +8,8 @@ The grid: N = every power of two from 64 to 262144 and real-model hidden sizes, 
 1, 8, 64, 512, 4096, 16384 (M x N at most --max-elements), plus the harness presets' shapes;
 bf16 and fp16 by default. --budget-s stops between points and writes what it has; --merge adds
 to an existing table and skips the points it holds, so a sweep can run over several calls. The
-grouped (cooperative) paths are left out unless --allow-group. Progress goes to stdout, one
+grouped (cooperative) paths are left out unless --allow-group. --repick and --repick-jointly
+re-pick the forward entries of an existing table instead of sweeping (batch_invariance.py). Progress goes to stdout, one
 line a point; the table is saved after every point (atomically).
 """
 
@@ -27,7 +28,12 @@ from . import (
     dispatch_table,
     launch,
 )
-from .batch_invariance import batch_invariance, repick_same_bits, unify_by_largest_class
+from .batch_invariance import (
+    batch_invariance,
+    repick_jointly,
+    repick_same_bits,
+    unify_by_largest_class,
+)
 from .dispatch_table import Table
 
 POWERS_OF_TWO = tuple(2**k for k in range(6, 19))  # 64 .. 262144
@@ -111,6 +117,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "widths and --m classes (default all) below its width's largest M class "
                         "the fastest single-tile configuration that keeps that class's bits, "
                         "measured now (repick_same_bits)")  # fmt: skip
+    parser.add_argument("--repick-jointly", action="store_true",
+                        help="no sweep: in --out's table, give each forward width of the --n "
+                        "widths (default all) whose classes all take the single tile the "
+                        "reduction tree of least worst ratio to each M class's fastest time, "
+                        "measured now, and each class that tree's fastest configuration "
+                        "(repick_jointly)")  # fmt: skip
     parser.add_argument("--list", action="store_true", help="print the points and exit")
     return parser.parse_args(argv)
 
@@ -194,7 +206,7 @@ def main(argv=None) -> int:
     device = torch.device("cuda", torch.cuda.current_device())
     name = torch.cuda.get_device_name(device)
     out = args.out or dispatch_table.committed_table_path(name)
-    if args.repick:
+    if args.repick or args.repick_jointly:
         return _repick_main(args, device, out)
     table = Table.load(out) if args.merge and out.exists() else Table()
     table.meta = {**table.meta, "gpu": name, "made_with": _provenance(args, name)}
@@ -243,16 +255,27 @@ def _repick_main(args: argparse.Namespace, device: torch.device, out: Path) -> i
         **_provenance(args, torch.cuda.get_device_name(device)),
         "dtypes": list(args.dtypes), "residual": args.residual,
         "n": list(args.n) if args.n else "all", "m": list(args.m) if args.m else "all",
+        "jointly": bool(args.repick_jointly),
     }]}  # fmt: skip
     start = time.perf_counter()
+    residuals = {"no": {False}, "yes": {True}, "both": {False, True}}[args.residual]
+    dtypes = {dispatch_table.dtype_name(DTYPE_ALIASES[d]) for d in args.dtypes}
+    if args.repick_jointly:
+        with dispatch.tuning(out, allow_group=args.allow_group, into=table):
+            changed = repick_jointly(
+                table, device, set(args.n) if args.n else None, dtypes, residuals
+            )
+        print(f"tune: {changed} forward widths in {out} took another reduction tree "
+              f"({time.perf_counter() - start:.0f} s)", flush=True)  # fmt: skip
+        return 0
     with dispatch.tuning(out, allow_group=args.allow_group, into=table):
         picked = repick_same_bits(
             table,
             device,
             set(args.n) if args.n else None,
             set(args.m) if args.m else None,
-            {dispatch_table.dtype_name(DTYPE_ALIASES[d]) for d in args.dtypes},
-            {"no": {False}, "yes": {True}, "both": {False, True}}[args.residual],
+            dtypes,
+            residuals,
         )
     print(f"tune: re-picked {picked} forward entries in {out} in "
           f"{time.perf_counter() - start:.0f} s", flush=True)  # fmt: skip

@@ -42,7 +42,7 @@ SAMPLES = 5
 SAMPLE_MS = 0.5
 
 #: A configuration that cannot compile or launch on this GPU is skipped, as triton.autotune does.
-_UNRUNNABLE = (OutOfResources, CompileTimeAssertionFailure, PTXASError)
+UNRUNNABLE = (OutOfResources, CompileTimeAssertionFailure, PTXASError)
 
 
 def _extent(t: torch.Tensor) -> int:
@@ -123,35 +123,47 @@ def l2_bytes(device_index: int) -> int:
 def fastest(
     candidates: Sequence, launch: Callable[[object, tuple], object], args: tuple, passes: int = 1
 ):
-    """The candidate whose launch(candidate, args) takes the least device time; args' tensors
+    """The candidate whose launch(candidate, args) takes the least device time (times); with
+    one candidate, that one, untimed. Candidates that cannot compile on this GPU are skipped; if
+    none can, the first one's error is raised."""
+    if len(candidates) == 1:
+        if passes < 1:
+            raise ValueError(f"passes must be at least 1, got {passes}")
+        return candidates[0]
+    ms = times(candidates, launch, args, passes)
+    return candidates[ms.index(min(ms))]
+
+
+def times(
+    candidates: Sequence, launch: Callable[[object, tuple], object], args: tuple, passes: int = 1
+) -> list[float]:
+    """Device-only ms of launch(candidate, args) for each candidate (inf for one that cannot
+    compile or launch on this GPU; if none can, the first one's error is raised); args' tensors
     are CUDA tensors on the current device. With passes > 1 every candidate is timed that many
-    times, every other pass in reverse order, and its best time counts. Candidates that cannot
-    compile on this GPU are skipped; if none can, the first one's error is raised."""
+    times, every other pass in reverse order, and its best time counts."""
     if passes < 1:
         raise ValueError(f"passes must be at least 1, got {passes}")
-    if len(candidates) == 1:
-        return candidates[0]
     device_index = next(a for a in args if isinstance(a, torch.Tensor)).get_device()
     arg_sets = rotating_arguments(args, l2_bytes(device_index))
     stream = dispatch.tuning_stream()
     if stream is None:
         stream = dispatch.private_stream(device_index)
     stream.wait_stream(torch.cuda.current_stream())  # the caller's inputs and the copies
-    times, first_error = [float("inf")] * len(candidates), None
+    ms, first_error = [float("inf")] * len(candidates), None
     try:
         for rep in range(passes):
             order = range(len(candidates)) if rep % 2 == 0 else reversed(range(len(candidates)))
             for i in order:
-                if rep > 0 and times[i] == float("inf"):
+                if rep > 0 and ms[i] == float("inf"):
                     continue  # unrunnable
                 try:
-                    ms = _median_ms(lambda a, c=candidates[i]: launch(c, a), arg_sets, stream)
-                except _UNRUNNABLE as error:
+                    t = _median_ms(lambda a, c=candidates[i]: launch(c, a), arg_sets, stream)
+                except UNRUNNABLE as error:
                     first_error = first_error or error
                     continue
-                times[i] = min(times[i], ms)
+                ms[i] = min(ms[i], t)
     finally:
         torch.cuda.current_stream().wait_stream(stream)
-    if min(times) == float("inf"):
+    if min(ms) == float("inf"):
         raise first_error
-    return candidates[times.index(min(times))]
+    return ms
