@@ -16,7 +16,9 @@ over rotating inputs past the L2), all in one process, interleaved, the best of 
 
 Run from the repository root on the H200, the peers' environment sourced (keep its PYTHONPATH:
 a bare PYTHONPATH=. hides the peers, as in the first two runs):
-    PYTHONPATH=.:experiments:$PYTHONPATH python experiments/forward_mid_m_gap.py out.json [bf16|fp16]
+    PYTHONPATH=.:experiments:$PYTHONPATH python experiments/forward_mid_m_gap.py out.json [bf16|fp16] [MxN,...]
+
+(the shapes default to SHAPES)
 """
 
 import json
@@ -70,12 +72,12 @@ def _forced(config: dict, pdl: bool = True):
     return run
 
 
-def main(out_path: str, dtype_name: str) -> None:
+def main(out_path: str, dtype_name: str, shapes=SHAPES) -> None:
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
     stream = torch.cuda.Stream()
     l2 = tuning.l2_bytes(0)
     rows = []
-    for m, n in SHAPES:
+    for m, n in shapes:
         x = torch.randn(m, n, dtype=dtype).cuda()
         w = torch.randn(n, dtype=dtype).cuda()
         launch.take_launch_configs()
@@ -124,4 +126,7 @@ def main(out_path: str, dtype_name: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "bf16")
+    chosen = SHAPES
+    if len(sys.argv) > 3:
+        chosen = [tuple(int(v) for v in s.split("x")) for s in sys.argv[3].split(",")]
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "bf16", chosen)
