@@ -226,14 +226,31 @@ def fastest_same_bits(n: int, m: int, ref, x, w, r, rows: int, want) -> dict | N
     if not candidates:
         return None
 
-    return tuning.fastest(candidates, _forced_call, (x[:m], w, None if r is None else r[:m]),
-                          passes=2)  # fmt: skip
+    return tuning.fastest(candidates, _forced_call, _path_args(x, w, r, m), passes=2)
+
+
+def _path_args(x, w, r, m: int) -> tuple:
+    """The single-tile forward path's arguments for x's (and r's) first m rows, its outputs
+    allocated here: a timing graph's capture then allocates nothing (outputs allocated inside
+    the captures of tuning._median_ms stayed allocated: the joint re-pick's first run ran out
+    of the GPU's memory, 134 GiB in the graphs' private pools, after six widths)."""
+    xm = x[:m]
+    rm = None if r is None else r[:m]
+    y = torch.empty_like(xm)
+    rstd = torch.empty(m, dtype=torch.float32, device=x.device)
+    r_arg, h_arg = (xm, xm) if rm is None else (rm, torch.empty_like(xm))
+    strides = (xm.stride(0), y.stride(0), r_arg.stride(0), h_arg.stride(0))
+    return (xm, w, y, rstd, r_arg, h_arg, strides, PROBE_EPS, 0.0, rm is not None)
 
 
 def _forced_call(config: dict, args: tuple) -> None:
-    """One forward of args (x, w, r) forced at the single tile's configuration config."""
+    """The single-tile forward path on args (_path_args) forced at configuration config,
+    through the runtime's dispatch (as a default call launches it)."""
+    x, w, y = args[:3]
+    m, n = y.shape
     with dispatch.override(forward="single_tile", forward_configs={SINGLE_TILE_FORWARD: config}):
-        launch.rmsnorm_forward(args[0], args[1], PROBE_EPS, 0.0, None, args[2])
+        launch._dispatch("fwd", (x.dtype, w.dtype, y.dtype), args[9], n, m,
+                         [launch._forward_single_tile], x.device, args)  # fmt: skip
 
 
 # ---- choosing a width's reduction tree over all its M classes at once ------------------------
@@ -321,7 +338,8 @@ def repick_jointly(table: Table, device: torch.device, widths=None, dtypes=None,
               f"{tree}, worst {worst_ratio(best_ms, tree):.3f} of a class's fastest (tree 0, "
               f"the current: {current:.3f})"
               f"{'' if kept else '; its bits did not hold through the dispatch: entries kept'}"
-              f" ({time.perf_counter() - t0:.1f} s)", flush=True)  # fmt: skip
+              f" ({time.perf_counter() - t0:.1f} s, "
+              f"{_allocated_gib(device):.1f} GiB allocated)", flush=True)  # fmt: skip
         for m, by_tree in best.items():
             print(f"    m={m}: " + ", ".join(f"tree {t} {ms * 1000:.2f} us"
                                           for t, (ms, _) in sorted(by_tree.items())), flush=True)  # fmt: skip
@@ -339,7 +357,7 @@ def _fastest_of_each_tree(n: int, entry: Entry, x, w, r, rows: int, trees: list)
             tree = len(trees)
             trees.append(y)
         groups.setdefault(tree, []).append(config)
-    args = (x[: entry.m], w, None if r is None else r[: entry.m])
+    args = _path_args(x, w, r, entry.m)
     best = {}
     for tree, group in groups.items():
         try:
@@ -350,6 +368,10 @@ def _fastest_of_each_tree(n: int, entry: Entry, x, w, r, rows: int, trees: list)
         if ms[fastest] != float("inf"):
             best[tree] = (ms[fastest], group[fastest])
     return best
+
+
+def _allocated_gib(device: torch.device) -> float:
+    return torch.cuda.memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0
 
 
 def _family_name(key, n: int) -> str:
