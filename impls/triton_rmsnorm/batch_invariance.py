@@ -231,9 +231,10 @@ def fastest_same_bits(n: int, m: int, ref, x, w, r, rows: int, want) -> dict | N
 
 def _path_args(x, w, r, m: int) -> tuple:
     """The single-tile forward path's arguments for x's (and r's) first m rows, its outputs
-    allocated here: a timing graph's capture then allocates nothing (outputs allocated inside
-    the captures of tuning._median_ms stayed allocated: the joint re-pick's first run ran out
-    of the GPU's memory, 134 GiB in the graphs' private pools, after six widths)."""
+    allocated here, so that a timing graph's capture allocates nothing: the joint re-pick's
+    first run, whose timed calls allocated their outputs inside the captures, ran out of GPU
+    memory (134 GiB held in the graphs' private pools) after six widths; with this it holds
+    under 2 GiB (docs/perf-log.md, thirtieth session)."""
     xm = x[:m]
     rm = None if r is None else r[:m]
     y = torch.empty_like(xm)
