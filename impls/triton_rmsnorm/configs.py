@@ -375,10 +375,8 @@ def one_row_tiles(config: dict, m: int, block_n: int, element_size: int, sms: in
     bits cannot change; config itself otherwise.
 
     At decode rows the table's tiles of 2 rows give fewer programs than SMs (16x8192: 8
-    programs on 132 SMs); one row a tile at the same warps ran 1.02-1.30x faster at 1-256 rows
-    of 4096 and 8192 columns on the H200, y bitwise the same at all 16 cases
-    (`results/nvidia-h200/probes/2026-12-02-71c7f68e31cb-decode-tiles.json`). The bits are the
-    same by construction where the tile's warps all lie along the row: a warp covers 32 threads
+    programs on 132 SMs), and one row a tile runs faster (docs/perf-log.md, twenty-fourth
+    session). The bits are the same by construction where the tile's warps all lie along the row: a warp covers 32 threads
     x one 16-byte vector of columns, and when BLOCK_N holds num_warps of those, Triton's layout
     spreads the warps along the row and repeats the rows in each thread's registers, so each
     row is reduced by the same threads in the same order whatever BLOCK_M. With fewer columns
