@@ -511,9 +511,10 @@ def _stub_times(monkeypatch, ms_of):
 def test_repick_jointly_gives_each_class_its_fastest_configuration_of_the_chosen_tree(monkeypatch):
     """invariance.repick_jointly on the CPU (the interpreter's sums do not follow the warps, so
     every configuration is one tree): each class of the family takes the configuration the
-    timer finds fastest at that class (stubbed: the most warps, then the most rows a tile),
-    the bits are checked through the dispatch, and no width counts as changed (one tree); a
-    family whose classes are not all the single tile is left alone."""
+    timer finds fastest at that class (stubbed: the most warps, then the most rows a tile), and
+    no width counts as changed (one tree); a family whose classes are not all the single tile
+    is left alone. (The check through the dispatch passes trivially here: the interpreter runs
+    its own configuration, not the table's; the next test models the GPU's rows.)"""
     invariance, _, _ = _repick_family()
     old = {"rmsnorm_fwd_kernel": {**_REF_CONFIG, "BLOCK_M": 8, "num_warps": 2}}
     table = _joint_family(old)
@@ -529,6 +530,75 @@ def test_repick_jointly_gives_each_class_its_fastest_configuration_of_the_chosen
         assert table.lookup(KEY, _REPICK_N, m).configs == {"rmsnorm_fwd_kernel": fastest}
         assert old["rmsnorm_fwd_kernel"] in candidates  # the entry's own configuration is tried
     assert table.lookup(KEY, 512, 8).configs == old
+
+
+def _rows_by_warps(monkeypatch, invariance, table, fail_check=False):
+    """_y_rows as a GPU gives them: the real rows, doubled where the configuration that runs
+    (the forced one, else the session table's entry for the call's class) has 2 warps (a second
+    reduction tree). fail_check: a call through the table's 2-warp entries raises instead."""
+    from impls.triton_rmsnorm import overrides
+
+    real = invariance._y_rows
+
+    def y_rows(x, w, r, rows, m):
+        forced = overrides.forced_configs("fwd")
+        entry = table.lookup(KEY, x.shape[1], dispatch_table.m_class(m))
+        config = (forced or entry.configs)["rmsnorm_fwd_kernel"]
+        if fail_check and forced is None and config["num_warps"] == 2:
+            raise KeyboardInterrupt("interrupted during the check")
+        got = real(x, w, r, rows, m)
+        return got * 2 if config["num_warps"] == 2 else got
+
+    monkeypatch.setattr(invariance, "_y_rows", y_rows)
+
+
+def _tree_one_wins(c, m):
+    """Stubbed times: 2-warp configurations (tree 1) 10% faster at the small classes and 2%
+    slower at the largest, the fewest rows a tile fastest among them; the rest 1.0."""
+    if c["num_warps"] != 2:
+        return 1.0
+    return (0.9 if m < _REPICK_REF_M else 1.02) + 0.001 * c["BLOCK_M"]
+
+
+def test_repick_jointly_writes_the_chosen_tree_at_every_class(monkeypatch):
+    """invariance.repick_jointly where a GPU would see two trees (_rows_by_warps): the tree of
+    least worst ratio (2 warps: 10% faster at the small classes, 2% slower at the largest)
+    goes to every class of the width, each class its fastest configuration of that tree; the
+    check through the dispatch passes and the width counts as changed."""
+    invariance, _, _ = _repick_family()
+    old = {"rmsnorm_fwd_kernel": dict(_REF_CONFIG)}
+    table = _joint_family(old)
+    _rows_by_warps(monkeypatch, invariance, table)
+    timed = _stub_times(monkeypatch, _tree_one_wins)
+    with dispatch.tuning(None, into=table):
+        changed = invariance.repick_jointly(table, torch.device(DEVICE), {_REPICK_N})
+    assert changed == 1
+    for m in (1, _REPICK_M, _REPICK_REF_M):
+        tree_one = [c for at, group in timed if at == m for c in group if c["num_warps"] == 2]
+        want = min(tree_one, key=lambda c: _tree_one_wins(c, m))
+        assert table.lookup(KEY, _REPICK_N, m).configs == {"rmsnorm_fwd_kernel": want}
+
+
+def test_repick_jointly_puts_the_entries_back_when_the_check_is_interrupted(monkeypatch):
+    """An interrupt (anything raised) while the new tree's entries are checked puts the width's
+    old entries back before it propagates: a table never keeps a width whose classes run
+    different trees."""
+    invariance, _, _ = _repick_family()
+    old = {"rmsnorm_fwd_kernel": dict(_REF_CONFIG)}
+    table = _joint_family(old)
+    _rows_by_warps(monkeypatch, invariance, table, fail_check=True)
+    _stub_times(monkeypatch, _tree_one_wins)
+    with dispatch.tuning(None, into=table), pytest.raises(KeyboardInterrupt):
+        invariance.repick_jointly(table, torch.device(DEVICE), {_REPICK_N})
+    for m in (1, _REPICK_M, _REPICK_REF_M):
+        assert table.lookup(KEY, _REPICK_N, m).configs == old
+
+
+def test_tune_refuses_m_classes_with_the_joint_repick(capsys):
+    from impls.triton_rmsnorm import tune
+
+    assert tune.main(["--repick-jointly", "--m", "512"]) == 2
+    assert "--repick-jointly" in capsys.readouterr().err
 
 
 def test_repick_jointly_takes_another_tree_only_where_its_bits_hold(monkeypatch):

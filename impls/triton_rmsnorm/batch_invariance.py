@@ -211,9 +211,23 @@ def _forced_rows(n: int, m: int, x, w, r, rows: int, also=()):
             for config in candidates
         ])  # fmt: skip
     for config in candidates:
-        with dispatch.override(forward="single_tile",
-                               forward_configs={SINGLE_TILE_FORWARD: config}):  # fmt: skip
-            yield config, _y_rows(x, w, r, rows, m)
+        launched = _as_launched(config, m, x, w)
+        try:
+            with dispatch.override(forward="single_tile",
+                                   forward_configs={SINGLE_TILE_FORWARD: launched}):  # fmt: skip
+                y_rows = _y_rows(x, w, r, rows, m)
+        except tuning.UNRUNNABLE:  # does not compile or launch on this GPU: not a candidate
+            continue
+        yield config, y_rows
+
+
+def _as_launched(config: dict, m: int, x, w) -> dict:
+    """The configuration a default call of m rows launches for the table's config: the runtime
+    gives one row a tile where config's tiles would leave SMs idle (configs.one_row_tiles), and
+    a forced configuration runs as given, so the re-picks force this one."""
+    element_size = min(x.element_size(), w.element_size())
+    programs = common._programs_cap(x.device) if x.is_cuda else 1
+    return configs.one_row_tiles(config, m, launch.block_size(x.shape[1]), element_size, programs)
 
 
 def fastest_same_bits(n: int, m: int, ref, x, w, r, rows: int, want) -> dict | None:
@@ -245,11 +259,13 @@ def _path_args(x, w, r, m: int) -> tuple:
 
 
 def _forced_call(config: dict, args: tuple) -> None:
-    """The single-tile forward path on args (_path_args) forced at configuration config,
-    through the runtime's dispatch (as a default call launches it)."""
+    """The single-tile forward path on args (_path_args) at the table configuration config,
+    launched as a default call of args' rows would launch it (_as_launched), through the
+    runtime's dispatch."""
     x, w, y = args[:3]
     m, n = y.shape
-    with dispatch.override(forward="single_tile", forward_configs={SINGLE_TILE_FORWARD: config}):
+    launched = {SINGLE_TILE_FORWARD: _as_launched(config, m, x, w)}
+    with launch._on_device(x), dispatch.override(forward="single_tile", forward_configs=launched):
         launch._dispatch("fwd", (x.dtype, w.dtype, y.dtype), args[9], n, m,
                          [launch._forward_single_tile], x.device, args)  # fmt: skip
 
@@ -267,8 +283,9 @@ def least_regret_tree(best_ms: dict[int, dict[int, float]], margin: float = JOIN
     tree's configurations at class m (trees numbered, 0 the width's current one). Of the trees
     timed at every class, the one whose worst ratio to its class's fastest time (over every
     tree timed there, those missing at some class included: worst_ratio) is least; the current
-    tree stays unless another's is lower by more than margin (ties: the lower number). None
-    where no tree is timed at every class."""
+    tree stays unless another's is lower by at least margin (a gap between the two ratios:
+    0.01 is one percentage point; ties: the lower number). None where no tree is timed at
+    every class."""
     if not best_ms:
         return None
     everywhere = sorted(set.intersection(*(set(times) for times in best_ms.values())))
@@ -296,61 +313,62 @@ def repick_jointly(table: Table, device: torch.device, widths=None, dtypes=None,
     classes at once: at each class every candidate configuration is run (_forced_rows) and
     grouped by the bits of its y rows (one group a tree), each group's configurations timed by
     the tuner's timer (tuning.times, two passes); the tree of least worst ratio to each class's
-    fastest time (least_regret_tree) then gives each class its fastest configuration. The
-    batch-invariance rule (one tree per width) kept, the width's largest class no longer
+    fastest time (least_regret_tree) then gives each class its fastest configuration (on the
+    current tree, a class keeps its configuration unless another is faster by JOINT_MARGIN).
+    The batch-invariance rule (one tree per width) kept, the width's largest class no longer
     decides the tree alone: the re-pick the 2048-row forward asked for (forward_mid_m_gap:
-    another tree 5.6% faster at 2048 x 4096, 2.7% slower at 16384 x 4096). Every class is then
-    checked through the runtime's dispatch to give the chosen tree's rows; a width where one
-    does not gets its entries back. Run inside the tuning session. Returns the widths whose
-    tree changed."""
+    another tree 5.6% faster at 2048 x 4096, 2.7% slower at 16384 x 4096). The width's entries
+    are then checked through the runtime's dispatch to give the chosen tree's rows at every
+    class (_write_checked); where they do not, or the check fails, the width gets its entries
+    back. Run inside the tuning session. Returns how many widths took another tree."""
     changed = 0
     for (key, n), entries in forward_families(table, widths, dtypes, residuals).items():
-        if len(entries) == 1:
-            continue  # one class: the tuner's pick is already its fastest tree's fastest
         if any(e.path != "single_tile" or set(e.configs) != {SINGLE_TILE_FORWARD} for e in entries):
             print(f"joint re-pick: fwd {_family_name(key, n)}: skipped (not the single tile at "
                   f"every class)", flush=True)  # fmt: skip
             continue
         t0 = time.perf_counter()
-        ref = max(entries, key=lambda e: e.m)
-        x, w, r, rows, want = _family_probe(key, n, ref, device)
-        trees, best = [want], {}  # best[m][tree] = (ms, config)
-        for entry in sorted(entries, key=lambda e: e.m):
-            best[entry.m] = _fastest_of_each_tree(n, entry, x, w, r, rows, trees)
+        entries = sorted(entries, key=lambda e: e.m)
+        x, w, r, rows, want = _family_probe(key, n, entries[-1], device)
+        trees, timed = (
+            [want],
+            {},
+        )  # timed[m][tree]: (ms, config) of each runnable one, fastest first
+        for entry in entries:
+            timed[entry.m] = _timed_by_tree(n, entry, x, w, r, rows, trees)
         best_ms = {
-            m: {tree: ms for tree, (ms, _) in by_tree.items()} for m, by_tree in best.items()
+            m: {t: runs[0][0] for t, runs in by_tree.items()} for m, by_tree in timed.items()
         }
         tree = least_regret_tree(best_ms)
         if tree is None:
             print(f"joint re-pick: fwd {_family_name(key, n)}: no tree runs at every class; "
                   f"kept", flush=True)  # fmt: skip
             continue
-        for entry in entries:
-            dispatch.add_entry(Entry(key, n, entry.m, "single_tile",
-                                     {SINGLE_TILE_FORWARD: best[entry.m][tree][1]}))  # fmt: skip
-        kept = all(torch.equal(_y_rows(x, w, r, rows, e.m), trees[tree]) for e in entries)
-        if not kept:
-            for entry in entries:
-                dispatch.add_entry(entry)
-        elif tree != 0:
-            changed += 1
-        current = worst_ratio(best_ms, 0)
+        picked = [
+            Entry(key, n, e.m, "single_tile", {SINGLE_TILE_FORWARD: _pick(timed[e.m][tree], e, tree)})
+            for e in entries
+        ]  # fmt: skip
+        if [p.configs for p in picked] == [e.configs for e in entries]:
+            verdict = "entries unchanged"
+        else:
+            verdict = _write_checked(entries, picked, x, w, r, rows, trees[tree], want)
+            changed += int(tree != 0 and verdict == "written")
         print(f"joint re-pick: fwd {_family_name(key, n)}: {len(trees)} trees; takes tree "
               f"{tree}, worst {worst_ratio(best_ms, tree):.3f} of a class's fastest (tree 0, "
-              f"the current: {current:.3f})"
-              f"{'' if kept else '; its bits did not hold through the dispatch: entries kept'}"
-              f" ({time.perf_counter() - t0:.1f} s, "
-              f"{_allocated_gib(device):.1f} GiB allocated)", flush=True)  # fmt: skip
-        for m, by_tree in best.items():
-            print(f"    m={m}: " + ", ".join(f"tree {t} {ms * 1000:.2f} us"
-                                          for t, (ms, _) in sorted(by_tree.items())), flush=True)  # fmt: skip
+              f"the current: {worst_ratio(best_ms, 0):.3f}); {verdict} "
+              f"({time.perf_counter() - t0:.1f} s, {_allocated_gib(device):.1f} GiB allocated)",
+              flush=True)  # fmt: skip
+        for m, by_tree in timed.items():
+            print(f"    m={m}: " + ", ".join(f"tree {t} {runs[0][0] * 1000:.2f} us"
+                                          for t, runs in sorted(by_tree.items())), flush=True)  # fmt: skip
     return changed
 
 
-def _fastest_of_each_tree(n: int, entry: Entry, x, w, r, rows: int, trees: list) -> dict:
-    """{tree: (ms, config)} at entry's class: each candidate configuration (and entry's own)
-    put in the tree its y rows match bit for bit (a new tree, appended to trees, where none
-    does), and each tree's fastest configuration by tuning.times."""
+def _timed_by_tree(n: int, entry: Entry, x, w, r, rows: int, trees: list) -> dict:
+    """{tree: [(ms, config), ...] fastest first} at entry's class: each candidate configuration
+    (and entry's own) put in the tree its y rows match bit for bit (a new tree, appended to
+    trees, where none does), each tree's configurations timed by tuning.times (those that
+    cannot run left out)."""
     groups: dict[int, list[dict]] = {}
     for config, y in _forced_rows(n, entry.m, x, w, r, rows, [entry.configs[SINGLE_TILE_FORWARD]]):
         tree = next((i for i, rows_of in enumerate(trees) if torch.equal(y, rows_of)), None)
@@ -359,16 +377,48 @@ def _fastest_of_each_tree(n: int, entry: Entry, x, w, r, rows: int, trees: list)
             trees.append(y)
         groups.setdefault(tree, []).append(config)
     args = _path_args(x, w, r, entry.m)
-    best = {}
+    timed = {}
     for tree, group in groups.items():
         try:
             ms = tuning.times(group, _forced_call, args, passes=2)
         except tuning.UNRUNNABLE:  # no configuration of this tree runs on this GPU
             continue
-        fastest = min(range(len(group)), key=ms.__getitem__)
-        if ms[fastest] != float("inf"):
-            best[tree] = (ms[fastest], group[fastest])
-    return best
+        runs = sorted(((t, c) for t, c in zip(ms, group, strict=True) if t != float("inf")),
+                      key=lambda run: run[0])  # fmt: skip
+        if runs:
+            timed[tree] = runs
+    return timed
+
+
+def _pick(runs: list, entry: Entry, tree: int) -> dict:
+    """The configuration a class takes from its tree's timed runs (fastest first): the fastest,
+    but on the current tree (0) the entry's own unless the fastest beats it by JOINT_MARGIN
+    (timing noise alone does not rewrite an entry)."""
+    fastest_ms, fastest = runs[0]
+    own = entry.configs[SINGLE_TILE_FORWARD]
+    own_ms = next((t for t, c in runs if c == own), None)
+    if tree == 0 and own_ms is not None and fastest_ms > own_ms * (1 - JOINT_MARGIN):
+        return own
+    return fastest
+
+
+def _write_checked(old: list, new: list, x, w, r, rows: int, want_new, want_old) -> str:
+    """Put a width's new entries in the session's table (one save), then check through the
+    runtime's dispatch that every class gives want_new's rows; where one does not, or anything
+    raises (an interrupt included), the old entries go back, so the table never keeps a width
+    whose classes run different trees. Says what it did."""
+    try:
+        dispatch.add_entry(*new)
+        if all(torch.equal(_y_rows(x, w, r, rows, e.m), want_new) for e in new):
+            return "written"
+        dispatch.add_entry(*old)
+    except BaseException:
+        dispatch.add_entry(*old)
+        raise
+    same = all(torch.equal(_y_rows(x, w, r, rows, e.m), want_old) for e in old)
+    return "its bits did not hold through the dispatch: entries kept" + (
+        "" if same else " (and they now give other rows too: STILL DIFFERENT)"
+    )
 
 
 def _allocated_gib(device: torch.device) -> float:

@@ -86,11 +86,13 @@ class _Session:
     def __init__(self, table: Table, path: Path | None, allow_group: bool):
         self.table, self.path, self.allow_group = table, path, allow_group
 
-    def add(self, entry: Entry) -> None:
-        self.table.add(entry)
+    def add(self, *entries: Entry) -> None:
+        for entry in entries:
+            self.table.add(entry)
         if self.path is not None:
             on_disk = _read(self.path)  # another process may have added entries since
-            on_disk.add(entry)
+            for entry in entries:
+                on_disk.add(entry)
             on_disk.meta = {**on_disk.meta, **self.table.meta}
             on_disk.save(self.path)
         _forget_lookups()
@@ -256,11 +258,11 @@ def tuning(table_path: str | os.PathLike | None = None, allow_group: bool = Fals
             _forget_lookups()
 
 
-def add_entry(entry: Entry) -> None:
-    """Add (or replace) an entry in the open tuning session's table (and its file)."""
+def add_entry(*entries: Entry) -> None:
+    """Add (or replace) entries in the open tuning session's table (and its file, saved once)."""
     if _SESSION is None:
         raise RuntimeError("rmsnorm: dispatch.add_entry needs an open dispatch.tuning() session")
-    _SESSION.add(entry)
+    _SESSION.add(*entries)
 
 
 def _session(device_index: int) -> _Session | None:

@@ -189,6 +189,10 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.repick_jointly and (args.m or args.repick):
+        print("--repick-jointly: re-picks every M class of a width (no --m), and not with "
+              "--repick", file=sys.stderr)  # fmt: skip
+        return 2
     points = grid(args)
     if args.list:
         for point in points:
