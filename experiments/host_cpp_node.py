@@ -44,7 +44,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 CPP = r"""
 #include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda.h>
 #include <dlfcn.h>
 #include <cstring>
@@ -104,7 +104,7 @@ void run(const std::string& name, const std::vector<at::Tensor>& tensors) {
   config.blockDimY = 1;
   config.blockDimZ = 1;
   config.sharedMemBytes = L.shared;
-  config.hStream = at::cuda::getCurrentCUDAStream(tensors[0].get_device()).stream();
+  config.hStream = c10::cuda::getCurrentCUDAStream(tensors[0].get_device()).stream();
   config.attrs = attrs;
   config.numAttrs = 0;
   if (L.pdl) {
