@@ -56,10 +56,35 @@ namespace {
 
 typedef CUresult (*LaunchEx)(const CUlaunchConfig*, CUfunction, void**, void**);
 
+typedef CUresult (*CtxGetCurrent)(CUcontext*);
+typedef CUresult (*PrimaryCtxRetain)(CUcontext*, CUdevice);
+typedef CUresult (*CtxSetCurrent)(CUcontext);
+
+void* driver_symbol(const char* name) {
+  static void* handle = dlopen("libcuda.so.1", RTLD_LAZY);
+  TORCH_CHECK(handle != nullptr, "cannot open libcuda.so.1");
+  void* symbol = dlsym(handle, name);
+  TORCH_CHECK(symbol != nullptr, "libcuda.so.1 has no ", name);
+  return symbol;
+}
+
 LaunchEx launch_ex() {
-  static LaunchEx fn = reinterpret_cast<LaunchEx>(
-      dlsym(dlopen("libcuda.so.1", RTLD_LAZY), "cuLaunchKernelEx"));
+  static LaunchEx fn = reinterpret_cast<LaunchEx>(driver_symbol("cuLaunchKernelEx"));
   return fn;
+}
+
+// As Triton's launcher does at every launch: a driver context current on this thread (the
+// autograd engine's device thread may have none), the device's primary one.
+void ensure_context(int device) {
+  static auto get = reinterpret_cast<CtxGetCurrent>(driver_symbol("cuCtxGetCurrent"));
+  static auto retain = reinterpret_cast<PrimaryCtxRetain>(driver_symbol("cuDevicePrimaryCtxRetain"));
+  static auto set = reinterpret_cast<CtxSetCurrent>(driver_symbol("cuCtxSetCurrent"));
+  CUcontext context = nullptr;
+  TORCH_CHECK(get(&context) == CUDA_SUCCESS, "cuCtxGetCurrent failed");
+  if (context == nullptr) {
+    TORCH_CHECK(retain(&context, device) == CUDA_SUCCESS, "cuDevicePrimaryCtxRetain failed");
+    TORCH_CHECK(set(context) == CUDA_SUCCESS, "cuCtxSetCurrent failed");
+  }
 }
 
 // A parameter: a tensor's pointer (kind 'p', slot into the call's tensors) or a value
@@ -75,9 +100,17 @@ struct Launch {
 
 std::map<std::string, Launch> launches;
 int64_t partial_rows = 0;  // the backward's dw partials: [partial_rows, N] fp32 (0: none)
+std::vector<int64_t> registered_shape;  // the launches are fixed for x of this shape
+
+void check_registered(const at::Tensor& x, const at::Tensor& w) {
+  TORCH_CHECK(x.is_cuda() && x.dim() == 2 && x.is_contiguous() && w.is_contiguous(),
+              "the probe's node takes contiguous 2-D CUDA x");
+  TORCH_CHECK(x.sizes().vec() == registered_shape, "x's shape is not the registered one");
+}
 
 void run(const std::string& name, const std::vector<at::Tensor>& tensors) {
   const Launch& L = launches.at(name);
+  ensure_context(tensors[0].get_device());
   const size_t n = L.params.size();
   std::vector<uint64_t> storage(n + 2, 0);
   std::vector<void*> pointers(n + 2);
@@ -88,6 +121,7 @@ void run(const std::string& name, const std::vector<at::Tensor>& tensors) {
       case 'i': { int32_t v = static_cast<int32_t>(p.value); std::memcpy(&storage[k], &v, 4); break; }
       case 'f': { uint32_t v = static_cast<uint32_t>(p.value); std::memcpy(&storage[k], &v, 4); break; }
       case 'b': { int8_t v = static_cast<int8_t>(p.value); std::memcpy(&storage[k], &v, 1); break; }
+      case 'u': { uint8_t v = static_cast<uint8_t>(p.value); std::memcpy(&storage[k], &v, 1); break; }
       default: storage[k] = static_cast<uint64_t>(p.value);
     }
     pointers[k] = &storage[k];
@@ -128,13 +162,15 @@ void set_launch(const std::string& name, int64_t fn, int64_t grid, int64_t warps
   launches[name] = L;
 }
 
-void clear_launches(int64_t rows_of_partials) {
+void clear_launches(int64_t rows_of_partials, const std::vector<int64_t>& shape) {
   launches.clear();
   partial_rows = rows_of_partials;
+  registered_shape = shape;
 }
 
 // the forward: tensors (x, w, y, rstd); nograd writes no rstd (its kernel's RSTD is y)
 at::Tensor forward_nograd(const at::Tensor& x, const at::Tensor& w) {
+  check_registered(x, w);
   at::Tensor y = at::empty_like(x);
   run("fwd_nograd", {x, w, y, y});
   return y;
@@ -144,6 +180,7 @@ class Node : public torch::autograd::Function<Node> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const at::Tensor& w) {
+    check_registered(x, w);
     at::Tensor y = at::empty_like(x);
     at::Tensor rstd = at::empty({x.size(0)}, x.options().dtype(at::kFloat));
     run("fwd", {x, w, y, rstd});
@@ -209,10 +246,13 @@ def _params(replay, args: tuple, slot_of: dict) -> tuple[str, list, list]:
             kinds.append("f"), slots.append(0), values.append(bits & 0xFFFFFFFF)
         elif ty == "i32":
             kinds.append("i"), slots.append(0), values.append(int(arg))
-        elif ty in ("i64", "u64"):
-            kinds.append("l"), slots.append(0), values.append(int(arg))
+        elif ty in ("i64", "u64"):  # (a u64 of 2**63 or more passes as its signed bits)
+            value = int(arg) & 0xFFFFFFFFFFFFFFFF
+            kinds.append("l"), slots.append(0), values.append(value - (value >> 63 << 64))
         elif ty in ("i1", "i8"):
             kinds.append("b"), slots.append(0), values.append(int(arg))
+        elif ty in ("u1", "u8"):
+            kinds.append("u"), slots.append(0), values.append(int(arg))
         else:
             raise ValueError(f"{replay.kernel.fn.__name__}: parameter type {ty} not handled")
     return "".join(kinds), slots, values
@@ -221,6 +261,16 @@ def _params(replay, args: tuple, slot_of: dict) -> tuple[str, list, list]:
 def _register(ext, name: str, replay, args: tuple, slot_of: dict) -> None:
     kinds, slots, values = _params(replay, args, slot_of)
     meta = replay.compiled.metadata
+    unsupported = {
+        "global scratch": getattr(meta, "global_scratch_size", 0) or 0,
+        "profile scratch": getattr(meta, "profile_scratch_size", 0) or 0,
+        "cooperative launch": bool(getattr(meta, "launch_cooperative_grid", False)),
+        "clusters": getattr(meta, "num_ctas", 1) != 1,
+        "a 2-D or 3-D grid": tuple(replay.grid[1:]) != (1, 1),
+    }
+    refused = [what for what, needed in unsupported.items() if needed]
+    if refused:
+        raise RuntimeError(f"{replay.kernel.fn.__name__}: the probe's launch lacks {refused}")
     ext.set_launch(name, int(replay.compiled.function), int(replay.grid[0]), int(meta.num_warps),
                    int(getattr(meta, "num_ctas", 1)), int(meta.shared),
                    bool(getattr(meta, "launch_pdl", False)), kinds, slots, values)  # fmt: skip
@@ -253,7 +303,7 @@ def register(ext, ours, x, w, dy) -> None:
     dx, dw = torch.empty_like(x), torch.empty_like(w)
     (_, (launches, _configs, (programs, rows_per_program, _two_level))) = backwards[0]
     two_role = launches[0].kernel is kernels.rmsnorm_bwd_two_role_kernel
-    ext.clear_launches(0 if two_role else programs)
+    ext.clear_launches(0 if two_role else programs, [m, n])
     for key, ((replay,), _configs, _extra) in forwards:
         keep_rstd = key[_KEEP_RSTD]
         rstd_arg = rstd if keep_rstd else y  # the kernel's RSTD is y where it writes none
@@ -282,10 +332,10 @@ def same_bits(ext, ours, x, w, dy) -> dict:
     yb = ext.rmsnorm(xb, wb)
     dxb, dwb = torch.autograd.grad(yb, (xb, wb), dy)
     with torch.no_grad():
-        yn = ext.forward_nograd(x, w)
+        yc, yn = ours(x, w, EPS), ext.forward_nograd(x, w)
     torch.cuda.synchronize()
     return {name: int((a != b).sum()) for name, a, b in
-            (("y", ya, yb), ("dx", dxa, dxb), ("dw", dwa, dwb), ("y nograd", ya, yn))}  # fmt: skip
+            (("y", ya, yb), ("dx", dxa, dxb), ("dw", dwa, dwb), ("y nograd", yc, yn))}  # fmt: skip
 
 
 def main(out_path: str, shapes) -> None:
@@ -306,6 +356,7 @@ def main(out_path: str, shapes) -> None:
                 row["error"] = f"{type(error).__name__}: {str(error)[:300]}"
                 rows.append(row)
                 print(row, flush=True)
+                _save(out_path, rows)
                 continue
             backends = {"torch": torch_op, "ours": ours,
                         "cpp": lambda a, b, eps: ext.rmsnorm(a, b) if torch.is_grad_enabled()
@@ -325,9 +376,13 @@ def main(out_path: str, shapes) -> None:
             print(
                 {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}, flush=True
             )
-            with open(out_path, "w") as f:
-                json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                           "rows": rows}, f, indent=1)  # fmt: skip
+            _save(out_path, rows)
+
+
+def _save(out_path: str, rows: list) -> None:
+    with open(out_path, "w") as f:
+        json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                   "rows": rows}, f, indent=1)  # fmt: skip
 
 
 if __name__ == "__main__":
