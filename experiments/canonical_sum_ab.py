@@ -43,6 +43,10 @@ import triton.language as tl
 from ab_timing import SINGLE_TILE_FORWARD, time_runs
 
 from impls.triton_rmsnorm import configs, kernels, launch, tuning
+from impls.triton_rmsnorm.backward_launch import (
+    _single_tile_backward_args,
+    _single_tile_backward_grid,
+)
 from impls.triton_rmsnorm.forward_launch import (
     _single_tile_forward_args,
     plain_forward_launch_switches,
@@ -126,11 +130,53 @@ def _tile_store(Y, RSTD, rows, cols, x, rstd, w, stride_y_row, M, N, STORE_RSTD:
         tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
+@triton.jit(do_not_specialize=["ROWS_BUCKET"])
+def rmsnorm_bwd_canonical_kernel(
+    X, W, DY, RSTD, DX, DW_PARTIAL, DH_OUT, stride_x_row, stride_dy_row, stride_dx_row,
+    stride_dh_row, M, N, rows_per_program, offset, ROWS_BUCKET, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, HAS_DH_OUT: tl.constexpr, LOOP_STAGES: tl.constexpr,
+    HOLD_STORAGE_FORM: tl.constexpr = False, HEADS: tl.constexpr = 1,
+    STRIDE_X_OUTER: tl.constexpr = 0,
+):  # fmt: skip
+    """kernels.rmsnorm_bwd_kernel (its parameters) with each row's mean(g * x_hat) as
+    _pairwise_row_sums; plain rows without dh_out or the held storage form only."""
+    tl.static_assert(not HAS_DH_OUT and not HOLD_STORAGE_FORM and HEADS == 1)
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
+    dw_acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    row_start = pid.to(tl.int64) * rows_per_program
+    row_end = tl.minimum(row_start + rows_per_program, M)
+    for block_start in tl.range(row_start, row_end, BLOCK_M, num_stages=LOOP_STAGES):
+        rows = block_start + tl.arange(0, BLOCK_M)
+        row_mask = rows < row_end
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
+        dy = tl.load(DY + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0)
+        dy = dy.to(tl.float32)
+        rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+        x_hat = x.to(tl.float32) * rstd[:, None]
+        g = w[None, :] * dy
+        mean_gx = _pairwise_row_sums(g * x_hat, BLOCK_M, BLOCK_N) / N
+        dx = (g - x_hat * mean_gx[:, None]) * rstd[:, None]
+        tl.store(DX + rows[:, None] * stride_dx_row + cols[None, :], dx.to(DX.dtype.element_ty),
+                 mask=mask)  # fmt: skip
+        dw_acc += dy * x_hat
+    tl.store(DW_PARTIAL + pid.to(tl.int64) * N + cols, tl.sum(dw_acc, axis=0), mask=col_mask)
+
+
 VARIANTS = {
     "product": (kernels.rmsnorm_fwd_kernel, {}),
     "product, no fp fusion": (kernels.rmsnorm_fwd_kernel, {"enable_fp_fusion": False}),
     "canonical": (rmsnorm_fwd_canonical_kernel, {"enable_fp_fusion": False}),
 }
+BACKWARD_VARIANTS = {
+    "product": (kernels.rmsnorm_bwd_kernel, {}),
+    "product, no fp fusion": (kernels.rmsnorm_bwd_kernel, {"enable_fp_fusion": False}),
+    "canonical": (rmsnorm_bwd_canonical_kernel, {"enable_fp_fusion": False}),
+}
+SINGLE_TILE_BACKWARD = "rmsnorm_bwd_kernel"
 
 
 def _launches(x, w, y, rstd):
@@ -149,6 +195,58 @@ def _launches(x, w, y, rstd):
                                                           {**switches, **config})  # fmt: skip
         out.append((config, launch_grid, meta))
     return out
+
+
+def _backward_launches(dy, x, w, rstd, dx, partials, rows_per_program):
+    """(config, meta) of every candidate of the tuner's space for the single-tile backward."""
+    args = _single_tile_backward_args(dy, x, w, rstd, 0.0, dx, dy, partials, rows_per_program)
+    switches = {"BLOCK_N": launch.block_size(x.shape[1]), "HAS_DH_OUT": False,
+                "HOLD_STORAGE_FORM": False}  # fmt: skip
+    return [(config, {**switches, **config})
+            for config in launch._candidates(SINGLE_TILE_BACKWARD, args, switches)]  # fmt: skip
+
+
+def backward_row(m: int, n: int, dtype, stream, l2: int) -> dict:
+    """The backward's three variants over the tuner's space at m x n (no dh_out): device µs of
+    the main kernel (the dw reduction, the same for all, left out), and the distinct dx bit
+    patterns of each variant across the configurations."""
+    x = torch.randn(m, n, dtype=dtype).cuda()
+    w = torch.randn(n, dtype=dtype).cuda()
+    dy = torch.randn(m, n, dtype=dtype).cuda()
+    rstd = torch.rsqrt(x.float().square().mean(dim=1) + EPS)
+    dx = torch.empty_like(x)
+    programs, rows_per_program = _single_tile_backward_grid(m, x.device)
+    partials = torch.empty(programs, n, device="cuda")
+    runs, bits = {}, {}
+    for name, (kernel, options) in BACKWARD_VARIANTS.items():
+        patterns = []
+        for config, meta in _backward_launches(dy, x, w, rstd, dx, partials, rows_per_program):
+            label = f"{name} | " + ",".join(f"{k}={v}" for k, v in config.items())
+
+            def run(a, kernel=kernel, meta=meta, options=options):
+                args = _single_tile_backward_args(a[0], a[1], a[2], a[3], 0.0, a[4], a[0], a[5],
+                                                  rows_per_program)  # fmt: skip
+                kernel[(programs,)](*args, **meta, **options)
+
+            try:
+                run((dy, x, w, rstd, dx, partials))
+                torch.cuda.synchronize()
+            except Exception as error:
+                print(label, type(error).__name__, str(error)[:160], flush=True)
+                continue
+            out = dx.clone()
+            if not any(torch.equal(p, out) for p in patterns):
+                patterns.append(out)
+            runs[label] = run
+        bits[name] = len(patterns)
+    arg_sets = tuning.rotating_arguments((dy, x, w, rstd, dx, partials), l2)
+    stream.wait_stream(torch.cuda.current_stream())
+    times = time_runs(runs, arg_sets, stream, passes=2)
+    best = {name: min(((t, k) for k, t in times.items() if k.startswith(name + " |")),
+                      default=(float("inf"), None)) for name in BACKWARD_VARIANTS}  # fmt: skip
+    print(f"bwd {m}x{n}: distinct dx {bits}; best " +
+          "; ".join(f"{name} {t:.2f} us" for name, (t, _k) in best.items()), flush=True)  # fmt: skip
+    return {"m": m, "n": n, "mode": "bwd", "us": times, "distinct_dx": bits, "best": best}
 
 
 def main(out_path: str, dtype_name: str, shapes) -> None:
@@ -197,9 +295,21 @@ def main(out_path: str, dtype_name: str, shapes) -> None:
         print(f"{m}x{n} {dtype_name}: distinct y {bits}; best " +
               "; ".join(f"{name} {t:.2f} us ({k.split(' | ')[1] if k else '-'})"
                         for name, (t, k) in best.items()), flush=True)  # fmt: skip
-        with open(out_path, "w") as f:
-            json.dump({"gpu": torch.cuda.get_device_name(), "triton": triton.__version__,
-                       "torch": torch.__version__, "rows": rows_out}, f, indent=0)  # fmt: skip
+        _save(out_path, rows_out)
+    for m, n in shapes:
+        if launch.block_size(n) <= BACKWARD_MAX_BLOCK_N and m > 1:
+            rows_out.append({**backward_row(m, n, dtype, stream, l2), "dtype": dtype_name})
+            _save(out_path, rows_out)
+
+
+#: The backward's canonical copy leaves out the held storage form, which wider tiles take.
+BACKWARD_MAX_BLOCK_N = 8192
+
+
+def _save(out_path: str, rows: list) -> None:
+    with open(out_path, "w") as f:
+        json.dump({"gpu": torch.cuda.get_device_name(), "triton": triton.__version__,
+                   "torch": torch.__version__, "rows": rows}, f, indent=0)  # fmt: skip
 
 
 if __name__ == "__main__":
