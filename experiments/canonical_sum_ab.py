@@ -30,6 +30,8 @@ out). Device µs by the tuner's timer (interleaved passes), the distinct y bit p
 variant across the configurations, and each variant's largest rstd error against fp64.
 
     PYTHONPATH=.:experiments python experiments/canonical_sum_ab.py out.json [fp16|bf16] [MxN,...]
+
+(the shapes default to SHAPES for the forward and BACKWARD_SHAPES for the backward; ~2-3 min)
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import triton
 import triton.language as tl
 from ab_timing import SINGLE_TILE_FORWARD, time_runs
 
-from impls.triton_rmsnorm import configs, kernels, launch, tuning
+from impls.triton_rmsnorm import configs, kernel_launch, kernels, launch, tuning
 from impls.triton_rmsnorm.backward_launch import (
     _single_tile_backward_args,
     _single_tile_backward_grid,
@@ -53,8 +55,8 @@ from impls.triton_rmsnorm.forward_launch import (
 )
 
 EPS = 1e-6
-SHAPES = [(2048, 3584), (2048, 4096), (2048, 2560), (2048, 8192), (16384, 3584), (16384, 4096),
-          (256, 4096), (1, 4096), (1, 16384)]  # fmt: skip
+SHAPES = [(2048, 3584), (2048, 4096), (2048, 2560), (16384, 3584), (256, 4096), (1, 16384)]
+BACKWARD_SHAPES = [(2048, 3584), (2048, 4096), (16384, 4096), (256, 4096)]
 #: Levels of the pairwise tree at most (BLOCK_N up to 2**20).
 MAX_LEVELS = tl.constexpr(20)
 
@@ -218,9 +220,14 @@ def backward_row(m: int, n: int, dtype, stream, l2: int) -> dict:
     programs, rows_per_program = _single_tile_backward_grid(m, x.device)
     partials = torch.empty(programs, n, device="cuda")
     runs, bits = {}, {}
+    launches = _backward_launches(dy, x, w, rstd, dx, partials, rows_per_program)
+    args = _single_tile_backward_args(dy, x, w, rstd, 0.0, dx, dy, partials, rows_per_program)
     for name, (kernel, options) in BACKWARD_VARIANTS.items():
+        kernel_launch._compile_in_parallel(
+            kernel, args, [((programs,), {**meta, **options}) for _, meta in launches]
+        )
         patterns = []
-        for config, meta in _backward_launches(dy, x, w, rstd, dx, partials, rows_per_program):
+        for config, meta in launches:
             label = f"{name} | " + ",".join(f"{k}={v}" for k, v in config.items())
 
             def run(a, kernel=kernel, meta=meta, options=options):
@@ -249,7 +256,7 @@ def backward_row(m: int, n: int, dtype, stream, l2: int) -> dict:
     return {"m": m, "n": n, "mode": "bwd", "us": times, "distinct_dx": bits, "best": best}
 
 
-def main(out_path: str, dtype_name: str, shapes) -> None:
+def main(out_path: str, dtype_name: str, shapes, backward_shapes) -> None:
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
     stream = torch.cuda.Stream()
     l2 = tuning.l2_bytes(0)
@@ -260,8 +267,12 @@ def main(out_path: str, dtype_name: str, shapes) -> None:
         y, rstd = torch.empty_like(x), torch.empty(m, device="cuda")
         exact = torch.rsqrt(x.double().square().mean(dim=1) + EPS)
         candidates = _launches(x, w, y, rstd)
+        args = _single_tile_forward_args(x, w, y, rstd, x, x, (n, n, n, n), EPS, 0.0)
         runs, bits, errors = {}, {}, {}
         for name, (kernel, options) in VARIANTS.items():
+            kernel_launch._compile_in_parallel(
+                kernel, args, [(g, {**meta, **options}) for _, g, meta in candidates]
+            )
             patterns = []
             for config, launch_grid, meta in candidates:
                 label = f"{name} | " + ",".join(f"{k}={v}" for k, v in config.items())
@@ -296,7 +307,7 @@ def main(out_path: str, dtype_name: str, shapes) -> None:
               "; ".join(f"{name} {t:.2f} us ({k.split(' | ')[1] if k else '-'})"
                         for name, (t, k) in best.items()), flush=True)  # fmt: skip
         _save(out_path, rows_out)
-    for m, n in shapes:
+    for m, n in backward_shapes:
         if launch.block_size(n) <= BACKWARD_MAX_BLOCK_N and m > 1:
             rows_out.append({**backward_row(m, n, dtype, stream, l2), "dtype": dtype_name})
             _save(out_path, rows_out)
@@ -313,7 +324,9 @@ def _save(out_path: str, rows: list) -> None:
 
 
 if __name__ == "__main__":
-    chosen = SHAPES
+    chosen, chosen_backward = SHAPES, BACKWARD_SHAPES
     if len(sys.argv) > 3:
-        chosen = [tuple(int(v) for v in s.split("x")) for s in sys.argv[3].split(",")]
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "fp16", chosen)
+        chosen = chosen_backward = [
+            tuple(int(v) for v in s.split("x")) for s in sys.argv[3].split(",")
+        ]
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "fp16", chosen, chosen_backward)
