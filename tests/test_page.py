@@ -53,6 +53,27 @@ def test_index_errors_name_the_problem(tmp_path):
         page.read_index(bad)
 
 
+def test_probes_and_logs_get_a_page_of_their_own_numbered_with_the_runs(tmp_path):
+    """An index line whose file has no section (a log, a probe's JSON) is listed on the page of
+    probes and logs, under its index number, not on the results page; a run may not take that
+    page's name."""
+    (tmp_path / "a.log").write_text("log\n")
+    (tmp_path / "b.log").write_text("log\n")
+    index = tmp_path / "INDEX.md"
+    index.write_text("| run | file | plot | what |\n|---|---|---|---|\n"
+                     "| tests | a.log | - | the tests |\n| more | b.log | - | more tests |\n")  # fmt: skip
+    out = tmp_path / "README.md"
+    pages = page.build_pages(index, out, make_plots=False)
+    listed = pages[tmp_path / "runs" / page.LISTED_PAGE]
+    assert "| 1 | tests | [a.log](../a.log) | the tests |" in listed
+    assert "| 2 | more | [b.log](../b.log) | more tests |" in listed
+    assert "a.log" not in pages[out] and "runs/probes-and-logs.md" in pages[out]
+    index.write_text("| run | file | plot | what |\n|---|---|---|---|\n"
+                     "| probes-and-logs | a.log | - | clash |\n")  # fmt: skip
+    with pytest.raises(ValueError, match="may not be named"):
+        page.build_pages(index, out, make_plots=False)
+
+
 def test_in_short_stops_at_the_next_block(tmp_path):
     targets = tmp_path / "targets.md"
     targets.write_text("# t\n\n**In short** a\n1. b\n\n**What each run** c\n| x |\n")
