@@ -189,16 +189,10 @@ def _forced_rows(n: int, m: int, x, w, r, rows: int, also=()):
     rows (launch._candidates, and those of `also` not among them), the rows computed in calls
     of m rows forced at the configuration; every candidate compiled first, at once, as a tuning
     does."""
-    xm = x[:m]
-    rm = None if r is None else r[:m]
-    y = torch.empty_like(xm)
-    rstd = torch.empty(m, dtype=torch.float32, device=x.device)
-    strides = (n, n, n, n)
-    args = forward_launch._single_tile_forward_args(
-        xm, w, y, rstd, xm if rm is None else rm, xm if rm is None else torch.empty_like(xm),
-        strides, PROBE_EPS, 0.0,
-    )  # fmt: skip
-    switches = forward_launch.plain_forward_launch_switches(xm, y, rstd, rm is not None, strides)
+    path = _path_args(x, w, r, m)
+    xm, y, rstd, strides = path[0], path[2], path[3], path[6]
+    args = forward_launch._single_tile_forward_args(*path[:9])
+    switches = forward_launch.plain_forward_launch_switches(xm, y, rstd, path[9], strides)
     candidates = launch._candidates(SINGLE_TILE_FORWARD, args, switches)
     candidates += [c for c in also if c not in candidates]
     if not common.interpreting():
@@ -211,7 +205,7 @@ def _forced_rows(n: int, m: int, x, w, r, rows: int, also=()):
             for config in candidates
         ])  # fmt: skip
     for config in candidates:
-        launched = _as_launched(config, m, x, w)
+        launched = _as_launched(config, path)
         try:
             with dispatch.override(forward="single_tile",
                                    forward_configs={SINGLE_TILE_FORWARD: launched}):  # fmt: skip
@@ -221,13 +215,14 @@ def _forced_rows(n: int, m: int, x, w, r, rows: int, also=()):
         yield config, y_rows
 
 
-def _as_launched(config: dict, m: int, x, w) -> dict:
-    """The configuration a default call of m rows launches for the table's config: the runtime
-    gives one row a tile where config's tiles would leave SMs idle (configs.one_row_tiles), and
-    a forced configuration runs as given, so the re-picks force this one."""
-    element_size = min(x.element_size(), w.element_size())
-    programs = common._programs_cap(x.device) if x.is_cuda else 1
-    return configs.one_row_tiles(config, m, launch.block_size(x.shape[1]), element_size, programs)
+def _as_launched(config: dict, path_args: tuple) -> dict:
+    """The configuration a default call on path_args (_path_args) launches for the table's
+    config: the path adjusts it to the call's rows (forward_launch._one_row_tiles: one row a
+    tile where config's tiles would leave SMs idle), and a forced configuration runs as given,
+    so the re-picks force the adjusted one. Called outside any override."""
+    x, _w, y, _rstd, r_arg, h_arg = path_args[:6]
+    m, n = y.shape
+    return forward_launch._one_row_tiles(m, n, (x, y, r_arg, h_arg), x.device)(config)
 
 
 def fastest_same_bits(n: int, m: int, ref, x, w, r, rows: int, want) -> dict | None:
@@ -264,7 +259,7 @@ def _forced_call(config: dict, args: tuple) -> None:
     runtime's dispatch."""
     x, w, y = args[:3]
     m, n = y.shape
-    launched = {SINGLE_TILE_FORWARD: _as_launched(config, m, x, w)}
+    launched = {SINGLE_TILE_FORWARD: _as_launched(config, args)}
     with launch._on_device(x), dispatch.override(forward="single_tile", forward_configs=launched):
         launch._dispatch("fwd", (x.dtype, w.dtype, y.dtype), args[9], n, m,
                          [launch._forward_single_tile], x.device, args)  # fmt: skip
