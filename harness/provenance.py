@@ -33,13 +33,29 @@ def _version(package: str) -> str | None:
 
 #: What a resumed run (harness.compare --resume, harness.fp8_bench --resume) must share with
 #: the run it continues: the tree, the software, the GPU and its driver.
-SAME_RUN = ("commit", "dirty", "versions", "gpu", "driver", "cuda", "triton_autotune")
+SAME_RUN = (
+    "commit",
+    "dirty",
+    "versions",
+    "gpu",
+    "driver",
+    "cuda",
+    "triton_autotune",
+    "triton_host_path",
+)
 
 
 def run_differences(stored: dict, here: dict) -> str:
     """'' when the two provenance records agree on SAME_RUN, else what differs, in words."""
     return ", ".join(f"{k} {stored.get(k)!r} there, {here.get(k)!r} here" for k in SAME_RUN
                      if stored.get(k) != here.get(k))  # fmt: skip
+
+
+def _host_path() -> str:
+    """'cpp' where the C++ host path serves our calls in this process, else 'python'."""
+    from impls.triton_rmsnorm import host_path
+
+    return "python" if host_path.MODULE is None else "cpp"
 
 
 def collect() -> dict:
@@ -59,6 +75,8 @@ def collect() -> dict:
         # no entry), or the quick-check heuristic only (RMSNORM_TRITON_AUTOTUNE=0).
         "triton_autotune": os.environ.get("RMSNORM_TRITON_AUTOTUNE", "1") != "0",
         "triton_runtime_tuning": os.environ.get("RMSNORM_TRITON_TUNE", "0") == "1",
+        # Whether our calls' host side ran in C++ (impls/triton_rmsnorm/host_path.py, opt-in).
+        "triton_host_path": _host_path(),
     }
     info["versions"]["torch"] = torch.__version__
     if torch.cuda.is_available():

@@ -96,7 +96,10 @@ def test_bad_tables_are_rejected_with_the_file_named(tmp_path, text, message):
 
 def test_committed_tables_are_package_data():
     pyproject = (dispatch_table.TABLES_DIR.parents[2] / "pyproject.toml").read_text()
-    assert '"impls.triton_rmsnorm" = ["tables/*.json", "tables/fp8/*.json"]' in pyproject
+    (data,) = [
+        line for line in pyproject.splitlines() if line.startswith('"impls.triton_rmsnorm" =')
+    ]
+    assert '"tables/*.json"' in data and '"tables/fp8/*.json"' in data
     for path in dispatch_table.TABLES_DIR.glob("*.json"):
         Table.load(path)  # every committed table parses
     from impls.triton_rmsnorm import fp8_table

@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from . import dispatch, launch
+from . import dispatch, host_path, launch
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -330,6 +330,12 @@ def rmsnorm(
     h = x + r (rounded once to x's dtype, the new residual stream) and y = RMSNorm(h); x and r
     are read once, y and h written once, and the backward carries h's gradient to x and r.
     """
+    host = host_path.MODULE
+    if (host is not None and residual is None and out_dtype is None and type(eps) is float
+            and type(offset) is float and _host_may_serve(x, weight)):  # fmt: skip
+        y = host.forward(x, weight, eps, offset)  # None: Python's path serves this call
+        if y is not None:
+            return y
     validate_inputs(x, weight, eps, offset, out_dtype)
     if residual is not None:
         _validate_residual(x, residual)
@@ -348,6 +354,20 @@ def rmsnorm(
         y = _shaped(y2d, x.shape)
         return y if h2d is None else (y, _shaped(h2d, x.shape))
     return _apply_rmsnorm(x, weight, residual, eps, offset, out_dtype)
+
+
+def _host_may_serve(x, weight) -> bool:
+    """Whether the C++ host path (host_path.py) may take this call: tensors, nothing the C++ node
+    does not model in effect (torch.compile, forward-mode AD, functorch transforms, a dispatch
+    override), as for Python's replays."""
+    return (
+        isinstance(x, torch.Tensor)
+        and isinstance(weight, torch.Tensor)
+        and dispatch.replay_tag() == ()
+        and torch.autograd.forward_ad._current_level < 0
+        and not torch.compiler.is_compiling()
+        and not torch._C._are_functorch_transforms_active()
+    )
 
 
 def _needs_grad(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None) -> bool:

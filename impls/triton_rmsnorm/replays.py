@@ -26,6 +26,9 @@ _REPLAYS: dict[tuple, tuple] = {}
 #: At most this many signatures are recorded (M that changes every call would grow the table
 #: without bound); later new signatures take the path above.
 REPLAY_CAP = 4096
+#: Called as listener(key, replays, extra) when a replay is recorded (host_path.py registers it
+#: with the C++ host path).
+ON_RECORD: list = []
 #: RMSNORM_TRITON_REPLAY=0, set before import, turns replays off (every call then takes the
 #: path above). Under the interpreter a replay relaunches through Triton's path (there is no
 #: compiled kernel): the CPU tests cover replays' keys, arguments and allocations that way.
@@ -83,6 +86,8 @@ def _record(key: tuple, call, args: tuple, launches: tuple, extra=None) -> None:
         return
     configs = {launch[0].fn.__name__: launch[5] for launch in recorded if launch[5] is not None}
     _REPLAYS[key] = (replays, configs, extra)
+    for listener in ON_RECORD:
+        listener(key, replays, extra)
 
 
 def _forward_replay_key(x, weight, out_dtype, keep_rstd: bool = True) -> tuple:
