@@ -145,3 +145,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     terminalreporter.section(f"{len(skipped)} skipped, by reason", sep="-")
     for reason, count in reasons.most_common():
         terminalreporter.line(f"{count:4d}  {reason}")
+
+
+@pytest.fixture
+def python_host_path(monkeypatch):
+    """Python's replays serve the test's calls, the C++ host path set aside where it is on
+    (RMSNORM_TRITON_HOST=cpp): for tests that count Python's replays or name its autograd node."""
+    from impls.triton_rmsnorm import host_path
+
+    monkeypatch.setattr(host_path, "MODULE", None)

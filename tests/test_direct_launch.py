@@ -158,7 +158,7 @@ def test_unsupported_argument_type_is_an_error():
 
 
 @pytest.mark.skipif(not ON_GPU, reason="direct launches happen only on a GPU")
-def test_launches_after_the_first_go_direct_and_stay_correct():
+def test_launches_after_the_first_go_direct_and_stay_correct(python_host_path):
     """Aligned, misaligned and single-row inputs through one cache: each specialization gets
     its own compiled kernel, and the check mode (set by conftest) compares every cached launch
     with Triton's own choice."""
@@ -264,7 +264,7 @@ _REPLAY_CASES = (
 )
 
 
-def test_replays_give_the_first_calls_bits():
+def test_replays_give_the_first_calls_bits(python_host_path):
     """Forward and backward, three calls per signature: the first records, the later two replay
     (on a GPU, check mode, set by conftest, asks Triton for each replay's binary; under the
     interpreter a replay relaunches through Triton, which tests its key, arguments and
@@ -286,7 +286,7 @@ def test_replays_give_the_first_calls_bits():
         assert direct.replayed_launches - before == 6, (shape, offset, row_pad, out_dtype)
 
 
-def test_forward_replays_on_their_own():
+def test_forward_replays_on_their_own(python_host_path):
     """Inference calls replay the forward alone: exactly one replayed launch per later call."""
     x = _strided((8, 512) if not ON_GPU else (64, 2048), torch.float32, 1)
     w = torch.randn(x.shape[1], device=DEVICE)
@@ -299,7 +299,7 @@ def test_forward_replays_on_their_own():
 
 
 @pytest.mark.parametrize("shape", [(8, 512), (9, 4097)])  # plain; odd rows: shifted kernel
-def test_a_forward_no_backward_follows_writes_no_rstd(shape):
+def test_a_forward_no_backward_follows_writes_no_rstd(shape, python_host_path):
     """Under no_grad the single tile writes no rstd (STORE_RSTD False, one allocation fewer):
     launch.rmsnorm_forward returns None for it, y has the grad-mode call's bits, at the first
     call and at its replays, whose key keeps the two apart."""
@@ -340,7 +340,7 @@ def test_check_mode_catches_a_replay_key_that_ignores_alignment(monkeypatch):
 
 
 @pytest.mark.skipif(not ON_GPU, reason="tuning needs a GPU to time configs")
-def test_replays_after_tuning(monkeypatch):
+def test_replays_after_tuning(monkeypatch, python_host_path):
     """Tuning on (dispatch.tuning), the first call tunes and launches the tuned configuration,
     recording nothing; the second records the entry's launches and the later two replay them,
     all with the first call's bits."""

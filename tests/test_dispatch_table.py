@@ -145,7 +145,7 @@ def test_override_forces_a_path_through_the_front_door():
     assert not dispatch.overridden()
 
 
-def test_override_reaches_a_backward_run_on_another_thread():
+def test_override_reaches_a_backward_run_on_another_thread(python_host_path):
     """Autograd runs a CUDA backward on a thread of its own, where the thread-local override of
     the forward's thread is not seen: the forward hands its overrides to its backward. Here the
     backward runs on a new thread (any device); forcing a path not offered must raise there."""
@@ -192,7 +192,9 @@ def test_override_reaches_a_backward_run_on_another_thread():
     assert direct.replayed_launches > before
 
 
-def test_a_kernel_tests_override_serves_a_path_not_offered_with_replays_of_its_own():
+def test_a_kernel_tests_override_serves_a_path_not_offered_with_replays_of_its_own(
+    python_host_path,
+):
     """override(offered_only=False): the named path serves calls it is not offered for (the
     two-role backward at 100 columns), replays its own launches, and leaves the calls after the
     block to the launcher's own path and replays; two-level rows still take the single tile."""

@@ -13,11 +13,14 @@ import pytest
 import torch
 from torch.utils.cpp_extension import is_ninja_available
 
-from impls.triton_rmsnorm import dispatch, host_path, kernels, replays
+from impls.triton_rmsnorm import direct, dispatch, host_path, kernels, replays
 from impls.triton_rmsnorm.function import rmsnorm
 from tests.conftest import ON_GPU
 
 T = host_path._Tensor
+
+#: These tests record calls of CPU tensors, which run through the interpreter (CPU machines).
+cpu_calls = pytest.mark.skipif(ON_GPU, reason="records CPU calls: the interpreter's machines")
 
 
 def test_parameter_template_packs_each_kind_in_signature_order():
@@ -123,6 +126,7 @@ def _as_if_cuda(key: tuple) -> tuple:
     return (*key[:-2], True, key[-1])
 
 
+@cpu_calls
 @pytest.mark.parametrize("grad", [True, False])
 def test_forward_entry_puts_each_tensor_and_scalar_in_its_parameter(fake_module, grad):
     recorded = _recorded_call(8, 256, grad)
@@ -141,6 +145,7 @@ def test_forward_entry_puts_each_tensor_and_scalar_in_its_parameter(fake_module,
     assert params["ROWS_BUCKET"] == ("i", 0, (8).bit_length())
 
 
+@cpu_calls
 def test_backward_entry_puts_each_tensor_in_its_parameter(fake_module):
     recorded = _recorded_call(8, 256, grad=True)
     key, (launches, _configs, extra) = recorded["bwd"]
@@ -166,6 +171,7 @@ def test_backward_entry_puts_each_tensor_in_its_parameter(fake_module):
     assert params["rows_per_program"] == ("i", 0, extra[1])
 
 
+@cpu_calls
 def test_register_adds_described_replays_only(fake_module):
     recorded = _recorded_call(8, 256, grad=True)
     key, ((replay,), _configs, extra) = recorded["fwd"]
@@ -180,17 +186,37 @@ def test_register_adds_described_replays_only(fake_module):
     assert len(fake_module.added) == 1
 
 
+@cpu_calls
 def test_recording_a_replay_registers_it_and_a_table_change_forgets(fake_module, monkeypatch):
-    assert host_path.register in replays.ON_RECORD and host_path.forget in dispatch.ON_CHANGE
+    assert host_path.register in replays.ON_RECORD and host_path.forget in replays.ON_FORGET
     seen = []
     monkeypatch.setattr(replays, "ON_RECORD", [lambda key, *_: seen.append(key[0])])
     _recorded_call(8, 256, grad=True)
     assert sorted(seen) == ["bwd", "fwd"]
+    cleared = fake_module.cleared
     dispatch.reload()
-    assert fake_module.cleared == 1
+    assert fake_module.cleared == cleared + 1
 
 
-def test_a_call_asks_the_module_first_where_it_may_serve(fake_module):
+@cpu_calls
+def test_a_failing_registration_warns_once_and_never_fails_the_call(fake_module, monkeypatch):
+    def broken(fields, templates, partial_rows):
+        raise TypeError("a cast the module refused")
+
+    monkeypatch.setattr(fake_module, "add", broken)
+    monkeypatch.setattr(host_path, "_REGISTER_WARNED", False)
+    recorded = _recorded_call(8, 256, grad=False)
+    key, ((replay,), _configs, extra) = recorded["fwd"]
+    replay.compiled = _compiled(kernels.rmsnorm_fwd_kernel)
+    with pytest.warns(UserWarning, match="was not registered"):
+        host_path.register(key, [replay], extra)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        host_path.register(key, [replay], extra)  # once only
+
+
+@cpu_calls
+def test_a_call_asks_the_module_first_where_it_may_serve(fake_module, monkeypatch):
     x, w = torch.randn(4, 64), torch.rand(64)
     rmsnorm(x, w, 1e-5)
     rmsnorm(x, w, 1e-5, offset=1.0)
@@ -202,9 +228,20 @@ def test_a_call_asks_the_module_first_where_it_may_serve(fake_module):
         rmsnorm(x, w, 1e-5)
     with pytest.raises(TypeError, match="x: expected a torch.Tensor"):
         rmsnorm([1.0], w, 1e-5)
+
+    class Subclass(torch.Tensor):  # its __torch_function__ would be bypassed in C++
+        pass
+
+    rmsnorm(x.as_subclass(Subclass), w, 1e-5)
+    with monkeypatch.context() as patched:
+        patched.setattr(direct, "tritons_path_required", lambda: True)  # a launch hook, say
+        rmsnorm(x, w, 1e-5)
     assert len(fake_module.asked) == 2
+    rmsnorm(x, torch.nn.Parameter(w), 1e-5)  # a module's weight
+    assert len(fake_module.asked) == 3
 
 
+@cpu_calls
 def test_forward_entry_refuses_two_level_rows_and_another_out_dtype(fake_module):
     recorded = _recorded_call(8, 256, grad=True)
     key, ((replay,), _configs, _extra) = recorded["fwd"]
@@ -263,7 +300,12 @@ def test_built_module_keeps_entries_and_serves_no_cpu_call(built_module):
     with pytest.raises(RuntimeError, match="differ in length"):
         built_module.add([1], [(0xABC, 4, 128, 0, False, 2, "pe", [0], [0, 0])], 0)
     with pytest.raises(RuntimeError, match="at most 14 fields"):
-        built_module.add(list(range(15)), [template], 0)
+        built_module.add([1, *range(14)], [template], 0)
+    with pytest.raises(RuntimeError, match="tensor slot out of range"):
+        built_module.add([1], [(0xABC, 4, 128, 0, False, 2, "pe", [4, 0], [0, 0])], 0)
+    with pytest.raises(RuntimeError, match="starts with 1"):
+        built_module.add([3], [template], 0)
+    assert built_module.served() == (0, 0)
 
 
 def test_built_module_loads_from_its_file_without_building(built_module, monkeypatch):

@@ -46,7 +46,8 @@ def _python_path(x, w, dy, offset=0.0, eps=EPS):
 
 
 def _fwd_bwd(x, w, dy, offset=0.0, eps=EPS):
-    xg, wg = x.detach().clone().requires_grad_(True), w.detach().clone().requires_grad_(True)
+    """y, dx, dw and the no-grad y; x and w keep their layouts (detached views, not copies)."""
+    xg, wg = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
     y = rmsnorm(xg, wg, eps, offset=offset)
     dx, dw = torch.autograd.grad(y, (xg, wg), dy)
     with torch.no_grad():
@@ -55,12 +56,15 @@ def _fwd_bwd(x, w, dy, offset=0.0, eps=EPS):
 
 
 def _served(x, w, dy, offset=0.0, eps=EPS):
-    """The outputs of a call the C++ module serves: the first call records and registers, the
-    second must launch from C++ (no replay of Python's)."""
+    """The outputs of calls the C++ module serves: the first call records and registers, the
+    second must launch from C++: both forwards and the backward, none through Python's
+    replays."""
     _fwd_bwd(x, w, dy, offset, eps)
-    before = direct.replayed_launches
+    replayed, served = direct.replayed_launches, host_path.MODULE.served()
     outputs = _fwd_bwd(x, w, dy, offset, eps)
-    assert direct.replayed_launches == before, "a call went through Python's replays"
+    assert direct.replayed_launches == replayed, "a call went through Python's replays"
+    forwards, backwards = (a - b for a, b in zip(host_path.MODULE.served(), served, strict=True))
+    assert (forwards, backwards) == (2, 1), "not every call was launched from C++"
     return outputs
 
 
@@ -75,7 +79,7 @@ def _assert_same_bits(a, b):
 
 
 @pytest.mark.parametrize("shape", [(1, 4096), (64, 4096), (1024, 8192), (2048, 4096),
-                                   (8, 16384), (2, 64, 2048), (3, 5, 7, 1024)])  # fmt: skip
+                                   (8, 8192), (2, 64, 2048), (3, 5, 7, 1024)])  # fmt: skip
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_served_calls_give_pythons_bits(host_on, shape, dtype):
     x, w, dy = _inputs(shape, dtype)
@@ -101,12 +105,23 @@ def test_strided_rows_and_a_strided_gradient(host_on):
 
 def test_what_it_does_not_serve_takes_pythons_path(host_on):
     x, w, dy = _inputs((128, 4096), torch.float16)
-    rows = host_on.size()
-    r = torch.randn_like(x)
-    rmsnorm(x, w, EPS, residual=r)
-    rmsnorm(x.t().contiguous().t(), w, EPS)  # columns unit-strided: Python copies the rows
+    _served(x, w, dy)  # the plain call's layout has an entry
+    with torch.no_grad():
+        assert host_on.forward(x, w, EPS, 0.0) is not None
+        assert host_on.forward(x.t().contiguous().t(), w, EPS, 0.0) is None  # Python copies it
+        assert (
+            host_on.forward(x.view(2, 64, 4096)[:, ::2], w, EPS, 0.0) is None
+        )  # rows strided twice
+        assert host_on.forward(x, w.to(torch.float32), EPS, 0.0) is None  # no entry for it
+        assert host_on.forward(x, w[:2048], EPS, 0.0) is None  # w of another width
+        assert host_on.forward(x, w, -1.0, 0.0) is None  # Python's path raises on it
+        assert host_on.forward(x, w, float("nan"), 0.0) is None
+    served = host_on.served()
+    rmsnorm(x, w, EPS, residual=torch.randn_like(x))
     rmsnorm(x, w, EPS, out_dtype=torch.float32)
-    assert host_on.size() == rows
+    with pytest.raises(ValueError, match="eps"):
+        rmsnorm(x, w, -1.0)
+    assert host_on.served() == served
 
 
 def test_double_backward_still_raises(host_on):
@@ -114,6 +129,7 @@ def test_double_backward_still_raises(host_on):
     _served(x, w, dy)
     xg = x.clone().requires_grad_(True)
     y = rmsnorm(xg, w, EPS)
+    assert "CppNode" in y.grad_fn.name()
     (dx,) = torch.autograd.grad(y, xg, dy, create_graph=True)
     with pytest.raises(RuntimeError, match="double backward is not supported"):
         torch.autograd.grad(dx.sum(), xg)
@@ -124,6 +140,7 @@ def test_launches_on_the_current_stream_and_inside_a_capture(host_on):
     x, w, dy = _inputs((512, 4096), torch.bfloat16)
     expected = _python_path(x, w, dy)[3]
     _served(x, w, dy)
+    forwards = host_on.served()[0]
     late = torch.zeros_like(x)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -139,6 +156,7 @@ def test_launches_on_the_current_stream_and_inside_a_capture(host_on):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(y_graph, expected)
+    assert host_on.served()[0] == forwards + 2  # the stream's call and the captured one
 
 
 def test_a_table_change_forgets_the_entries(host_on):

@@ -210,7 +210,7 @@ def test_forward_mode_ad_says_it_is_unsupported_instead_of_dropping_the_tangent(
 
 @pytest.mark.parametrize("with_residual", [False, True], ids=["plain", "residual"])
 def test_the_direct_apply_gives_the_functions_outputs_node_and_gradients(
-    monkeypatch, with_residual
+    monkeypatch, with_residual, python_host_path
 ):
     """rmsnorm calls autograd.Function.apply's C core directly (function._apply_rmsnorm): the
     same outputs, graph node and gradients as RMSNormFunction.apply, which serves when the core

@@ -281,7 +281,7 @@ def test_contiguous_and_strided_rows_share_one_tuning(monkeypatch, tuning_sessio
 
 
 @needs_gpu
-def test_a_capture_inside_a_tuning_takes_the_heuristic_unremembered(monkeypatch):
+def test_a_capture_inside_a_tuning_takes_the_heuristic_unremembered(monkeypatch, python_host_path):
     """Nothing tuned yet, a capture inside a tuning session that meets a new shape times
     nothing: the heuristic serves it (its binary compiled by a call before the session, as
     the tests run heuristic-only) and nothing is remembered. The next call outside the capture

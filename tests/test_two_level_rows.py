@@ -186,7 +186,7 @@ def test_only_the_single_tile_serves_two_level_rows(pretend_device):
         rmsnorm(x, w)
 
 
-def test_a_head_view_replays_its_launches():
+def test_a_head_view_replays_its_launches(python_host_path):
     """A later call of the same view's signature repeats the recorded launches (forward: one;
     backward: the kernel and the dw reduction) with the same bits; another token stride is
     another signature."""

@@ -121,17 +121,21 @@ def _hooks_installed() -> bool:
     return False
 
 
-def _tritons_path_required(kernel) -> bool:
-    """Settings Triton reads at each launch that a cached binary would ignore: launch hooks
-    (profilers), pre-run hooks, debug mode, instrumentation, a stages-inspection hook."""
+def tritons_path_required() -> bool:
+    """Settings Triton reads at each launch that a cached binary would ignore, for every kernel:
+    launch hooks (profilers), debug mode, instrumentation, a stages-inspection hook."""
     runtime, compilation = knobs.runtime, knobs.compilation
     return (
         _hooks_installed()
-        or bool(getattr(kernel, "pre_run_hooks", None))
         or bool(getattr(runtime, "debug", False))
         or getattr(runtime, "add_stages_inspection_hook", None) is not None
         or getattr(compilation, "instrumentation_mode", "") not in ("", None)
     )
+
+
+def _tritons_path_required(kernel) -> bool:
+    """tritons_path_required(), or the kernel has pre-run hooks."""
+    return tritons_path_required() or bool(getattr(kernel, "pre_run_hooks", None))
 
 
 def _always_tritons_path(*args):

@@ -356,17 +356,24 @@ def rmsnorm(
     return _apply_rmsnorm(x, weight, residual, eps, offset, out_dtype)
 
 
+#: The tensor types the C++ host path takes (a subclass's __torch_function__, a tensor without
+#: storage, would be bypassed there): Python's path serves the rest.
+_HOST_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
 def _host_may_serve(x, weight) -> bool:
-    """Whether the C++ host path (host_path.py) may take this call: tensors, nothing the C++ node
-    does not model in effect (torch.compile, forward-mode AD, functorch transforms, a dispatch
-    override), as for Python's replays."""
+    """Whether the C++ host path (host_path.py) may take this call: plain tensors, and nothing
+    in effect that the C++ node does not model (torch.compile, jit tracing, forward-mode AD,
+    functorch transforms, a dispatch override, Triton launch hooks or debug mode)."""
     return (
-        isinstance(x, torch.Tensor)
-        and isinstance(weight, torch.Tensor)
+        type(x) in _HOST_TENSORS
+        and type(weight) in _HOST_TENSORS
         and dispatch.replay_tag() == ()
         and torch.autograd.forward_ad._current_level < 0
         and not torch.compiler.is_compiling()
         and not torch._C._are_functorch_transforms_active()
+        and torch._C._get_tracing_state() is None
+        and not launch.direct.tritons_path_required()
     )
 
 

@@ -17,6 +17,7 @@
 #include <dlfcn.h>
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -39,13 +40,15 @@ void* driver_symbol(const char* name) {
 }
 
 using LaunchEx = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
+using DeviceGet = CUresult (*)(CUdevice*, int);
 using CtxGetCurrent = CUresult (*)(CUcontext*);
 using PrimaryCtxRetain = CUresult (*)(CUcontext*, CUdevice);
 using CtxSetCurrent = CUresult (*)(CUcontext);
 
 // As Triton's launcher does before a launch: a driver context current on this thread (the
 // autograd engine's device thread may have none), the device's primary one.
-void ensure_context(int device) {
+void ensure_context(int ordinal) {
+  static auto device_get = reinterpret_cast<DeviceGet>(driver_symbol("cuDeviceGet"));
   static auto get = reinterpret_cast<CtxGetCurrent>(driver_symbol("cuCtxGetCurrent"));
   static auto retain =
       reinterpret_cast<PrimaryCtxRetain>(driver_symbol("cuDevicePrimaryCtxRetain"));
@@ -53,6 +56,8 @@ void ensure_context(int device) {
   CUcontext context = nullptr;
   TORCH_CHECK(get(&context) == CUDA_SUCCESS, "rmsnorm host path: cuCtxGetCurrent failed");
   if (context == nullptr) {
+    CUdevice device;
+    TORCH_CHECK(device_get(&device, ordinal) == CUDA_SUCCESS, "rmsnorm host path: cuDeviceGet failed");
     TORCH_CHECK(retain(&context, device) == CUDA_SUCCESS,
                 "rmsnorm host path: cuDevicePrimaryCtxRetain failed");
     TORCH_CHECK(set(context) == CUDA_SUCCESS, "rmsnorm host path: cuCtxSetCurrent failed");
@@ -125,7 +130,7 @@ void run(const Launch& launch, const std::vector<const at::Tensor*>& tensors, do
               ")");
 }
 
-Launch launch_of(const py::tuple& t) {
+Launch launch_of(const py::tuple& t, int64_t tensors) {
   // (function, grid, threads, shared, pdl, scratch, kinds, slots, values)
   Launch launch;
   launch.function = reinterpret_cast<CUfunction>(t[0].cast<uint64_t>());
@@ -139,7 +144,13 @@ Launch launch_of(const py::tuple& t) {
   const auto values = t[8].cast<std::vector<int64_t>>();
   TORCH_CHECK(kinds.size() == slots.size() && kinds.size() == values.size(),
               "rmsnorm host path: kinds, slots and values differ in length");
-  for (size_t k = 0; k < kinds.size(); ++k) launch.params.push_back({kinds[k], slots[k], values[k]});
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    TORCH_CHECK(kinds[k] != 'p' || (slots[k] >= 0 && slots[k] < tensors),
+                "rmsnorm host path: a tensor slot out of range (", slots[k], ")");
+    TORCH_CHECK(std::string("peoifblu").find(kinds[k]) != std::string::npos,
+                "rmsnorm host path: unknown parameter kind ", kinds[k]);
+    launch.params.push_back({kinds[k], slots[k], values[k]});
+  }
   return launch;
 }
 
@@ -163,6 +174,7 @@ struct Entry {
   int64_t partial_rows = 0;  // the backward's [partial_rows, N] fp32 dw partials (0: none)
 };
 
+std::atomic<int64_t> served_forwards{0}, served_backwards{0};  // calls launched from here
 std::shared_mutex entries_mutex;  // the autograd engine's threads read while Python registers
 std::unordered_map<Key, std::shared_ptr<const Entry>, KeyHash> entries;
 // Python's backward, for a backward no entry serves: a strong reference never dropped (a
@@ -183,8 +195,14 @@ std::shared_ptr<const Entry> find(const Key& key) {
 }
 
 void add(const std::vector<int64_t>& fields, const py::list& launches, int64_t partial_rows) {
+  TORCH_CHECK(!fields.empty() && (fields[0] == 1 || fields[0] == 2),
+              "rmsnorm host path: a key starts with 1 (forward) or 2 (backward)");
+  const int64_t tensors = fields[0] == 1 ? 4 : 7;  // the call's tensors (Node's comment)
   auto entry = std::make_shared<Entry>();
-  for (const auto& item : launches) entry->launches.push_back(launch_of(item.cast<py::tuple>()));
+  for (const auto& item : launches) {
+    entry->launches.push_back(launch_of(item.cast<py::tuple>(), tensors));
+  }
+  TORCH_CHECK(!entry->launches.empty(), "rmsnorm host path: an entry without launches");
   entry->partial_rows = partial_rows;
   std::unique_lock<std::shared_mutex> lock(entries_mutex);
   entries[key_of(fields)] = std::move(entry);
@@ -281,6 +299,7 @@ class Node : public torch::autograd::Function<Node> {
       at::Tensor dw = out[1].cast<at::Tensor>();
       return {dx2d.view(x.sizes()), dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     }
+    served_backwards.fetch_add(1, std::memory_order_relaxed);
     at::Tensor dx = at::empty(x.sizes(), x.options());
     at::Tensor dw = at::empty_like(w);
     const int device = x.get_device();
@@ -311,11 +330,14 @@ py::object forward(const at::Tensor& x, const at::Tensor& w, double eps, double 
       torch::autograd::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
   auto entry = find(forward_key(x, w, m, n, stride, grad));
   if (entry == nullptr) return py::none();
+  served_forwards.fetch_add(1, std::memory_order_relaxed);
   if (grad) return py::cast(Node::apply(x, w, eps, offset, entry, m));
   at::Tensor y = at::empty(x.sizes(), x.options());
   run(entry->launches[0], {&x, &w, &y, &y}, eps, offset, x.get_device());
   return py::cast(y);
 }
+
+py::tuple served() { return py::make_tuple(served_forwards.load(), served_backwards.load()); }
 
 void set_backward_fallback(const py::object& fallback) {
   PyObject* old = backward_fallback;
@@ -331,6 +353,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("clear", &clear, "forget every entry");
   module.def("size", &size, "the number of entries");
   module.def("dtype_code", &dtype_code, "the key's code of a tensor's dtype");
+  module.def("served", &served, "(forwards, backwards) launched from here so far");
   module.def("set_backward_fallback", &set_backward_fallback,
              "Python's backward, for a backward no entry serves");
 }

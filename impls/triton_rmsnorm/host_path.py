@@ -12,8 +12,14 @@ call's replay (replays.py), which registers its launches here: the compiled kern
 grids, options and parameter templates (launch_template). The backward is a C++ autograd node;
 a backward it has no entry for (a new dy layout, create_graph=True) calls Python's
 (_python_backward), which records and registers it in turn. Anything else, or a call whose
-key has no entry, returns None from the C++ forward and takes Python's path, unchanged. The
-entries are forgotten with the replays (when the dispatch tables change).
+key has no entry, returns None from the C++ forward and takes Python's path, unchanged; so do
+calls under torch.compile, jit tracing, forward-mode AD, functorch transforms, a dispatch
+override or a Triton launch hook, and tensor subclasses (function._host_may_serve). The entries
+are forgotten with the replays (when the dispatch tables change, and when the path is turned
+on). Two things Python's replays do that these launches do not: RMSNORM_TRITON_CHECK_DIRECT's
+check of each launch against Triton's own choice (the C++ key holds the replay key's fields),
+and launch.take_launch_configs (a call served here reports no configuration; its key's
+recording call did).
 
 Opt-in, and built once per torch version and source (the build takes ~40 s: a C++ compiler,
 torch's headers and the CUDA headers Triton bundles; nvcc is not needed):
@@ -37,7 +43,7 @@ from pathlib import Path
 import torch
 import triton
 
-from . import dispatch, kernels, replays
+from . import kernels, replays
 from .backward_launch import _single_tile_backward_args, _two_role_backward_args
 from .forward_launch import _single_tile_forward_args
 
@@ -51,6 +57,7 @@ SCRATCH_POINTERS = 2
 
 #: The loaded C++ module when the path is on, else None (function.rmsnorm reads it every call).
 MODULE = None
+_REGISTER_WARNED = False
 
 
 class Unsupported(Exception):
@@ -134,6 +141,7 @@ def turn_on() -> bool:
         return False
     module.set_backward_fallback(_python_backward)
     MODULE = module
+    replays._forget_replays()  # recorded before: recorded again, and registered, at their next call
     return True
 
 
@@ -242,8 +250,10 @@ def forward_entry(key: tuple, launches: list, extra) -> tuple:
     """(key fields, launches, partial rows) for a recorded forward (replays._forward_replay_key)."""
     (_, shape, strides, x_dtype, w_dtype, out_dtype, keep_rstd, x_align, w_align, is_cuda,
      device) = key  # fmt: skip
-    if len(shape) != 2 or extra is not None or not is_cuda or out_dtype != x_dtype:
-        raise Unsupported("not a 2-D CUDA x with y in x's dtype")
+    if len(shape) != 2 or strides[1] != 1 or extra is not None or not is_cuda:
+        raise Unsupported("not a 2-D CUDA x of unit-stride rows")
+    if out_dtype != x_dtype:
+        raise Unsupported("y in another dtype than x's")
     (m, n), stride = shape, strides[0]
     y = _Tensor(2, (m, n), (n, 1))
     rstd = _Tensor(3) if keep_rstd else y  # the kernel's RSTD is y where it writes none
@@ -261,8 +271,8 @@ def backward_entry(key: tuple, launches: list, extra) -> tuple:
     (_, shape, strides, dy_stride, x_dtype, w_dtype, dy_dtype, rstd_dtype, dh, x_align, w_align,
      dy_align, rstd_align, is_cuda, device) = key  # fmt: skip
     programs, rows_per_program, two_level = extra
-    if len(shape) != 2 or two_level or dh is not None or not is_cuda:
-        raise Unsupported("not a 2-D CUDA x without a residual's gradient")
+    if len(shape) != 2 or strides[1] != 1 or two_level or dh is not None or not is_cuda:
+        raise Unsupported("not a 2-D CUDA x of unit-stride rows without a residual's gradient")
     if rstd_dtype != torch.float32:
         raise Unsupported(f"rstd in {rstd_dtype}")
     m, n = shape
@@ -289,9 +299,15 @@ def register(key: tuple, launches: list, extra) -> None:
     entry_of = forward_entry if key[0] == "fwd" else backward_entry
     try:
         fields, templates, partial_rows = entry_of(key, launches, extra)
+        MODULE.add(fields, templates, partial_rows)
     except Unsupported:
         return
-    MODULE.add(fields, templates, partial_rows)
+    except Exception as error:  # never the call's failure: its kernels ran; Python replays it
+        global _REGISTER_WARNED
+        if not _REGISTER_WARNED:
+            _REGISTER_WARNED = True
+            warnings.warn(f"rmsnorm host path: a recorded call was not registered ({error!r}); "
+                          "such calls stay on Python's path", stacklevel=2)  # fmt: skip
 
 
 def forget() -> None:
@@ -301,7 +317,7 @@ def forget() -> None:
 
 
 replays.ON_RECORD.append(register)
-dispatch.ON_CHANGE.append(forget)
+replays.ON_FORGET.append(forget)
 
 
 def _python_backward(dy2d, x2d, weight, rstd, offset: float, rows_need_grad: bool):

@@ -29,6 +29,8 @@ REPLAY_CAP = 4096
 #: Called as listener(key, replays, extra) when a replay is recorded (host_path.py registers it
 #: with the C++ host path).
 ON_RECORD: list = []
+#: Called when the replays are forgotten (host_path.py forgets its entries with them).
+ON_FORGET: list = []
 #: RMSNORM_TRITON_REPLAY=0, set before import, turns replays off (every call then takes the
 #: path above). Under the interpreter a replay relaunches through Triton's path (there is no
 #: compiled kernel): the CPU tests cover replays' keys, arguments and allocations that way.
@@ -38,6 +40,8 @@ _REPLAYABLE = os.environ.get("RMSNORM_TRITON_REPLAY", "1") != "0"
 def _forget_replays() -> None:
     """Replays hold the tables' choices of their time: forgotten when the tables change."""
     _REPLAYS.clear()
+    for listener in ON_FORGET:
+        listener()
 
 
 dispatch.ON_CHANGE.append(_forget_replays)
