@@ -7,14 +7,19 @@ sleep, so the host clock measures only the host: Python, checks, autograd, launc
 - ``fwd_bwd``: the forward with inputs that need grad, then torch.autograd.grad of (x, w) with
   a given dy (a training step's share, without gradient accumulation).
 The bars: ours / torch <= NOGRAD_BAR for nograd, <= FWD_BWD_BAR for fwd_bwd. Host speed differs
-between machine starts, so only the ratios within one run mean anything.
+between machine starts, so only the ratios within one run mean anything: --host-paths times
+ours under each host path in the same run (python: Python's replays; cpp: the C++ host path,
+impls/triton_rmsnorm/host_path.py, built beforehand with python -m impls.triton_rmsnorm.build_host),
+one row per path; by default, the process's own.
 
     python -m harness.host_cost --out host-cost.json [--dtypes fp16 bf16] [--n ...] [--m ...]
+        [--host-paths cpp python]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -28,6 +33,10 @@ DEFAULT_M = (1, 64, 512, 2048, 8192)
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 #: The backends compared: ours first, then the reference (registry names).
 BACKENDS = ("triton", "torch")
+#: The host paths ours can be timed under (impls/triton_rmsnorm/host_path.py). The C++ one is
+#: timed first at each case: its first call records the case's replays and registers them,
+#: which Python's path then replays.
+HOST_PATHS = ("cpp", "python")
 
 
 def calls(fn, x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, eps: float) -> dict:
@@ -51,17 +60,32 @@ def verdict(mode: str, ratio: float | None) -> bool | None:
     return ratio <= (NOGRAD_BAR if mode == "nograd" else FWD_BWD_BAR)
 
 
-def measure(ns, ms, dtypes, host_us=None, device: str = "cuda", on_case=None) -> list[dict]:
-    """One row per (dtype, N, M, mode): each backend's host µs, ours / torch and the verdict.
-    A backend that fails at a case leaves its figure None with the error (the run goes on).
-    host_us(call) -> µs (default costs.host_us_busy's median); tests pass a fake and the CPU.
-    on_case(rows): called after each case with the rows so far (main saves them)."""
+def _timed(fn, x, w, dy, host_us) -> dict:
     from harness.calls import error_text
+
+    try:
+        return {mode: host_us(call) for mode, call in calls(fn, x, w, dy, 1e-6).items()}
+    except Exception as exc:  # one failing backend never ends the run
+        return {"error": error_text(exc)}
+
+
+def measure(ns, ms, dtypes, host_us=None, device: str = "cuda", on_case=None,
+            host_paths: tuple | None = None) -> list[dict]:  # fmt: skip
+    """One row per (dtype, N, M, host path, mode): ours' host µs under that host path, torch's,
+    ours / torch and the verdict. A backend that fails at a case leaves its figure None with the
+    error (the run goes on). host_us(call) -> µs (default costs.host_us_busy's median); tests
+    pass a fake and the CPU. on_case(rows): called after each case with the rows so far (main
+    saves them). host_paths: of HOST_PATHS (default: the process's own); "cpp" needs the C++
+    host path on (host_path.turn_on)."""
     from harness.costs import host_us_busy
     from impls import get_backend
+    from impls.triton_rmsnorm import host_path
 
     host_us = host_us or (lambda call: host_us_busy(call)["host_us"])
-    built = {name: get_backend(name).build() for name in BACKENDS}
+    host_paths = tuple(p for p in HOST_PATHS if p in (host_paths or (host_path.current(),)))
+    if "cpp" in host_paths and host_path.current() != "cpp":
+        raise RuntimeError("host_cost: the C++ host path is not on (host_path.turn_on())")
+    ours, reference = (get_backend(name).build() for name in BACKENDS)
     rows = []
     for dtype_name in dtypes:
         dtype = DTYPES[dtype_name]
@@ -71,22 +95,22 @@ def measure(ns, ms, dtypes, host_us=None, device: str = "cuda", on_case=None) ->
                 x = torch.randn(m, n, generator=gen).to(device, dtype)
                 w = (1 + 0.1 * torch.randn(n, generator=gen)).to(device, dtype)
                 dy = torch.randn(m, n, generator=gen).to(device, dtype)
-                figures: dict[str, dict] = {}
-                for name, fn in built.items():
-                    try:
-                        figures[name] = {mode: host_us(call)
-                                         for mode, call in calls(fn, x, w, dy, 1e-6).items()}  # fmt: skip
-                    except Exception as exc:  # one failing backend never ends the run
-                        figures[name] = {"error": error_text(exc)}
-                for mode in ("nograd", "fwd_bwd"):
-                    ours, ref = (figures[b].get(mode) for b in BACKENDS)
-                    ratio = ours / ref if ours and ref else None
-                    rows.append({"dtype": dtype_name, "n": n, "m": m, "mode": mode,
-                                 "ours_us": ours, "torch_us": ref, "ratio": ratio,
-                                 "met": verdict(mode, ratio),
-                                 "errors": {b: f["error"] for b, f in figures.items()
-                                            if "error" in f}})  # fmt: skip
-                print(_line(rows[-2]), _line(rows[-1]), sep="\n", flush=True)
+                ours_figures = {}
+                for path in host_paths:
+                    with contextlib.nullcontext() if path == "cpp" else host_path.set_aside():
+                        ours_figures[path] = _timed(ours, x, w, dy, host_us)
+                torch_figures = _timed(reference, x, w, dy, host_us)
+                for path, figures in ours_figures.items():
+                    errors = {b: f["error"] for b, f in zip(BACKENDS, (figures, torch_figures),
+                                                            strict=True) if "error" in f}  # fmt: skip
+                    for mode in ("nograd", "fwd_bwd"):
+                        mine, ref = figures.get(mode), torch_figures.get(mode)
+                        ratio = mine / ref if mine and ref else None
+                        rows.append({"dtype": dtype_name, "n": n, "m": m, "mode": mode,
+                                     "host_path": path, "ours_us": mine, "torch_us": ref,
+                                     "ratio": ratio, "met": verdict(mode, ratio),
+                                     "errors": errors})  # fmt: skip
+                        print(_line(rows[-1]), flush=True)
                 if on_case is not None:
                     on_case(rows)
     return rows
@@ -97,25 +121,30 @@ def _line(row: dict) -> str:
         return "   n/a" if v is None else f"{v:6.1f}"
 
     ratio = "n/a" if row["ratio"] is None else f"{row['ratio']:.2f}"
-    return (f"{row['dtype']} {row['m']:>5}x{row['n']:<6} {row['mode']:8s} ours {us(row['ours_us'])} "
+    return (f"{row['dtype']} {row['m']:>5}x{row['n']:<6} {row['mode']:8s} "
+            f"ours ({row.get('host_path', 'python')}) {us(row['ours_us'])} "
             f"torch {us(row['torch_us'])} us  ratio {ratio}  met {row['met']}")  # fmt: skip
 
 
 def summary(rows: list[dict]) -> str:
-    """Markdown: per mode, how many cases meet the bar, the ratios' range and the worst case."""
+    """Markdown: per host path and mode, how many cases meet the bar, the ratios' range and the
+    worst case."""
     out = [
-        "| call | bar | cases met | ours / torch (min-max) | worst case |",
-        "|---|---|---|---|---|",
+        "| host path | call | bar | cases met | ours / torch (min-max) | worst case |",
+        "|---|---|---|---|---|---|",
     ]
-    for mode, bar in (("nograd", NOGRAD_BAR), ("fwd_bwd", FWD_BWD_BAR)):
-        done = [r for r in rows if r["mode"] == mode and r["ratio"] is not None]
-        if not done:
-            continue
-        worst = max(done, key=lambda r: r["ratio"])
-        met = sum(bool(r["met"]) for r in done)
-        out.append(f"| {mode} | <= {bar} | {met} of {len(done)} | "
-                   f"{min(r['ratio'] for r in done):.2f}-{worst['ratio']:.2f} | "
-                   f"{worst['dtype']} {worst['m']}x{worst['n']} |")  # fmt: skip
+    paths = [p for p in HOST_PATHS if any(r.get("host_path", "python") == p for r in rows)]
+    for path in paths:
+        for mode, bar in (("nograd", NOGRAD_BAR), ("fwd_bwd", FWD_BWD_BAR)):
+            done = [r for r in rows if r["mode"] == mode and r["ratio"] is not None
+                    and r.get("host_path", "python") == path]  # fmt: skip
+            if not done:
+                continue
+            worst = max(done, key=lambda r: r["ratio"])
+            met = sum(bool(r["met"]) for r in done)
+            out.append(f"| {path} | {mode} | <= {bar} | {met} of {len(done)} | "
+                       f"{min(r['ratio'] for r in done):.2f}-{worst['ratio']:.2f} | "
+                       f"{worst['dtype']} {worst['m']}x{worst['n']} |")  # fmt: skip
     return "\n".join(out)
 
 
@@ -133,13 +162,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=["fp16", "bf16"])
     parser.add_argument("--n", nargs="+", type=_positive, default=list(DEFAULT_N))
     parser.add_argument("--m", nargs="+", type=_positive, default=list(DEFAULT_M))
+    parser.add_argument("--host-paths", nargs="+", choices=HOST_PATHS, default=None,
+                        help="time ours under each (default: the process's own; cpp turns the "
+                        "built C++ host path on)")  # fmt: skip
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("harness.host_cost: error: needs a CUDA GPU (host time is measured against the "
               "GPU's queue); none is visible here", file=sys.stderr)  # fmt: skip
         return 2
     from harness import provenance
+    from impls.triton_rmsnorm import host_path
 
+    wants_cpp = "cpp" in (args.host_paths or ()) and host_path.current() != "cpp"
+    if wants_cpp and not host_path.turn_on():
+        print(f"harness.host_cost: error: --host-paths cpp: the C++ host path is off "
+              f"({host_path.unavailable_reason()})", file=sys.stderr)  # fmt: skip
+        return 2
     info = provenance.collect()
 
     def save(rows):  # after every case: a run cut short keeps what it measured
@@ -147,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                   "rows": rows, "summary": summary(rows)}  # fmt: skip
         args.out.write_text(json.dumps(record, indent=1))
 
-    rows = measure(args.n, args.m, args.dtypes, on_case=save)
+    rows = measure(args.n, args.m, args.dtypes, on_case=save, host_paths=args.host_paths)
     print(summary(rows))
     return 0
 

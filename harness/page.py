@@ -215,15 +215,16 @@ def first_call_table(rows: list[dict]) -> str:
 
 def host_cost_table(data: dict) -> str:
     """A harness.host_cost JSON: its summary against the bars, then every case."""
-    body = [[r["dtype"], f"{r['m']}x{r['n']}", r["mode"], _fmt(r.get("ours_us"), ".1f"),
-             _fmt(r.get("torch_us"), ".1f"), _fmt(r.get("ratio"), ".2f"),
+    body = [[r["dtype"], f"{r['m']}x{r['n']}", r["mode"], r.get("host_path", "python"),
+             _fmt(r.get("ours_us"), ".1f"), _fmt(r.get("torch_us"), ".1f"),
+             _fmt(r.get("ratio"), ".2f"),
              {True: "yes", False: "no"}.get(r.get("met"), "-")] for r in data["rows"]]  # fmt: skip
     head = ("Host µs a call, ours against torch.nn.functional.rms_norm, the GPU kept busy "
             "(`python -m harness.host_cost`; nograd: the forward under torch.no_grad, fwd_bwd: "
             "forward and torch.autograd.grad):\n\n")  # fmt: skip
     return (head + data.get("summary", "") + "\n\n"
-            + _table(["dtype", "shape", "call", "ours µs", "torch µs", "ours / torch", "met"],
-                     body))  # fmt: skip
+            + _table(["dtype", "shape", "call", "our host path", "ours µs", "torch µs",
+                      "ours / torch", "met"], body))  # fmt: skip
 
 
 def overhead_table(path: Path) -> str:

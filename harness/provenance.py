@@ -55,7 +55,7 @@ def _host_path() -> str:
     """'cpp' where the C++ host path serves our calls in this process, else 'python'."""
     from impls.triton_rmsnorm import host_path
 
-    return "python" if host_path.MODULE is None else "cpp"
+    return host_path.current()
 
 
 def collect() -> dict:

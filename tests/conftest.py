@@ -148,9 +148,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 
 
 @pytest.fixture
-def python_host_path(monkeypatch):
+def python_host_path():
     """Python's replays serve the test's calls, the C++ host path set aside where it is on
     (RMSNORM_TRITON_HOST=cpp): for tests that count Python's replays or name its autograd node."""
     from impls.triton_rmsnorm import host_path
 
-    monkeypatch.setattr(host_path, "MODULE", None)
+    with host_path.set_aside():
+        yield

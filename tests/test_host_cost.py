@@ -72,3 +72,38 @@ def test_main_needs_a_gpu(capsys, tmp_path):
         pytest.skip("a GPU is visible")
     assert host_cost.main(["--out", str(tmp_path / "h.json")]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_each_host_path_is_timed_under_itself_the_cpp_one_first(monkeypatch):
+    from impls.triton_rmsnorm import host_path
+
+    class Module:  # stands in for the built C++ module: it serves nothing
+        def forward(self, *args):
+            return None
+
+    monkeypatch.setattr(host_path, "MODULE", Module())
+    seen, figures = [], iter([10.0, 10.0, 30.0, 30.0, 20.0, 20.0])
+
+    def host_us(call):
+        call()
+        seen.append(host_path.current())
+        return next(figures)
+
+    rows = host_cost.measure([64], [2], ["bf16"], host_us=host_us, device=DEVICE,
+                             host_paths=("python", "cpp"))  # fmt: skip
+    # per case: ours under cpp (2 calls), ours under python (2), then torch (2, the process's own)
+    assert seen == ["cpp", "cpp", "python", "python", "cpp", "cpp"]
+    assert [(r["host_path"], r["mode"]) for r in rows] == [
+        ("cpp", "nograd"),
+        ("cpp", "fwd_bwd"),
+        ("python", "nograd"),
+        ("python", "fwd_bwd"),
+    ]
+    assert [r["ratio"] for r in rows] == [0.5, 0.5, 1.5, 1.5]
+    table = host_cost.summary(rows)
+    assert "| cpp | nograd | <= 1.0 | 1 of 1 |" in table and "| python | fwd_bwd |" in table
+    monkeypatch.setattr(host_path, "MODULE", None)
+    figures = iter([1.0] * 6)
+    with pytest.raises(RuntimeError, match="C\\+\\+ host path is not on"):
+        host_cost.measure([64], [2], ["bf16"], host_us=host_us, device=DEVICE,
+                          host_paths=("cpp",))  # fmt: skip

@@ -37,12 +37,9 @@ def _inputs(shape, dtype, w_dtype=None, seed=0):
 
 
 def _python_path(x, w, dy, offset=0.0, eps=EPS):
-    """Python's path alone (the host path turned off for the call)."""
-    module, host_path.MODULE = host_path.MODULE, None
-    try:
+    """Python's path alone (the host path set aside for the call)."""
+    with host_path.set_aside():
         return _fwd_bwd(x, w, dy, offset, eps)
-    finally:
-        host_path.MODULE = module
 
 
 def _fwd_bwd(x, w, dy, offset=0.0, eps=EPS):

@@ -109,9 +109,14 @@ def test_json_tables_tell_a_host_cost_grid_an_overhead_record_and_a_probe_apart(
     grid = tmp_path / "host-cost.json"
     row = {"dtype": "bf16", "m": 64, "n": 4096, "mode": "nograd", "ours_us": 30.0,
            "torch_us": 20.0, "ratio": 1.5, "met": False}  # fmt: skip
-    grid.write_text(json.dumps({"bars": {"nograd": 1.0}, "rows": [row], "summary": "| s |"}))
+    cpp = {**row, "host_path": "cpp", "ours_us": 15.0, "ratio": 0.75, "met": True}
+    grid.write_text(json.dumps({"bars": {"nograd": 1.0}, "rows": [row, cpp], "summary": "| s |"}))
     (table,) = page.json_tables(grid)
-    assert "| s |" in table and "| bf16 | 64x4096 | nograd | 30.0 | 20.0 | 1.50 | no |" in table
+    assert "| s |" in table
+    assert (
+        "| bf16 | 64x4096 | nograd | python | 30.0 | 20.0 | 1.50 | no |" in table
+    )  # (older files)
+    assert "| bf16 | 64x4096 | nograd | cpp | 15.0 | 20.0 | 0.75 | yes |" in table
     overhead = tmp_path / "overhead.json"
     overhead.write_text(json.dumps({"shape": [512, 2048], "dtype": "bf16",
                                     "rows": [{"backend": "triton", "mode": "fwd"}]}))  # fmt: skip

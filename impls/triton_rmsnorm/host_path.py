@@ -33,6 +33,7 @@ with another Triton the path stays off (a warning says so).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -143,6 +144,22 @@ def turn_on() -> bool:
     MODULE = module
     replays._forget_replays()  # recorded before: recorded again, and registered, at their next call
     return True
+
+
+def current() -> str:
+    """'cpp' where the C++ host path serves calls in this process, else 'python'."""
+    return "python" if MODULE is None else "cpp"
+
+
+@contextlib.contextmanager
+def set_aside():
+    """Inside the block Python's path serves every call (the C++ module kept, but not asked)."""
+    global MODULE
+    saved, MODULE = MODULE, None
+    try:
+        yield
+    finally:
+        MODULE = saved
 
 
 def turn_off() -> None:
