@@ -108,9 +108,10 @@ def _fresh_replays(monkeypatch):
     """Each test starts with no recorded replays (impls/triton_rmsnorm/launch.py): a signature
     recorded by an earlier test (say, untuned) must not stand in for the path a test means to
     run (say, the autotuned one). Within a test, a signature's later calls replay as usual."""
-    from impls.triton_rmsnorm import replays
+    from impls.triton_rmsnorm import host_path, replays
 
     monkeypatch.setattr(replays, "_REPLAYS", {})
+    host_path.forget()  # and the C++ host path's entries, where it is on
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,10 +1,8 @@
 """The C++ host path: calls that Python's replays would repeat, served from C++ (opt-in).
 
-Why: a replayed call still costs a Python autograd.Function, Triton's launcher and Python-level
-allocations; ours cost 1.4-2.5x torch.nn.functional.rms_norm's host time a call (no-grad
-forward) and 2.0-2.6x (forward + backward) on the H200's host. A C++ autograd node launching the
-same recorded kernels cost 0.56-0.91x and 0.74-1.30x, with bitwise the same outputs
-(`results/nvidia-h200/probes/2026-12-03-ed3115ab0ac8-host-cpp-node.json`).
+Why: a replayed call still pays a Python autograd.Function, Triton's launcher and Python-level
+allocations, more host time than torch's own op; the same launches from C++ cost less than it
+(docs/design.md, Host path, has the numbers).
 
 What it serves: rmsnorm(x, w, eps, offset=...) without a residual or out_dtype, on a CUDA x
 whose rows are 2-D with a unit last stride or contiguous, once Python's path has recorded that
