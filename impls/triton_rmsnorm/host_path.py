@@ -9,7 +9,7 @@ whose rows are 2-D with a unit last stride or contiguous, once Python's path has
 call's replay (replays.py), which registers its launches here: the compiled kernels' handles,
 grids, options and parameter templates (launch_template). The backward is a C++ autograd node;
 a backward it has no entry for (a new dy layout, create_graph=True) calls Python's
-(_python_backward), which records and registers it in turn. Anything else, or a call whose
+(function._host_backward), which records and registers it in turn. Anything else, or a call whose
 key has no entry, returns None from the C++ forward and takes Python's path, unchanged; so do
 calls under torch.compile, jit tracing, forward-mode AD, functorch transforms, a dispatch
 override or a Triton launch hook, and tensor subclasses (function._host_may_serve). The entries
@@ -22,7 +22,7 @@ recording call did).
 Opt-in, and built once per torch version and source (the build takes ~40 s: a C++ compiler,
 torch's headers and the CUDA headers Triton bundles; nvcc is not needed):
     python -m impls.triton_rmsnorm.build_host
-then RMSNORM_TRITON_HOST=cpp (read at import) loads it. The build goes to
+then RMSNORM_TRITON_HOST=cpp (read when function.py is imported) loads it. The build goes to
 $RMSNORM_TRITON_HOST_DIR or ~/.cache/rmsnorm-triton/host/. Without a build the variable
 warns once and Python's path serves every call; nothing is built at a call. Launch parameters
 are packed as Triton's launcher packs them, which this module knows for TRITON_VERSIONS only;
@@ -56,6 +56,9 @@ SCRATCH_POINTERS = 2
 
 #: The loaded C++ module when the path is on, else None (function.rmsnorm reads it every call).
 MODULE = None
+#: Python's backward for a backward the module has no entry for (a new dy layout,
+#: create_graph=True): function._host_backward, set by function.py.
+BACKWARD = None
 _REGISTER_WARNED = False
 
 
@@ -129,6 +132,9 @@ def unavailable_reason() -> str | None:
 def turn_on() -> bool:
     """Load the built module and serve calls with it; False (and a warning) where it cannot."""
     global MODULE
+    if BACKWARD is None:
+        raise RuntimeError("host_path.turn_on: import impls.triton_rmsnorm first (function.py "
+                           "gives the path its Python backward)")  # fmt: skip
     reason = unavailable_reason()
     if reason is None:
         try:
@@ -138,7 +144,7 @@ def turn_on() -> bool:
     if reason is not None:
         warnings.warn(f"{ENV}=cpp: the C++ host path is off ({reason})", stacklevel=2)
         return False
-    module.set_backward_fallback(_python_backward)
+    module.set_backward_fallback(BACKWARD)
     MODULE = module
     replays._forget_replays()  # recorded before: recorded again, and registered, at their next call
     return True
@@ -335,18 +341,9 @@ replays.ON_RECORD.append(register)
 replays.ON_FORGET.append(forget)
 
 
-def _python_backward(dy2d, x2d, weight, rstd, offset: float, rows_need_grad: bool):
-    """The C++ node's backward where it has no entry: Python's, as RMSNormFunction.backward runs
-    it (with create_graph=True, gradients whose graph raises if differentiated again)."""
-    from . import function, launch
-
-    dx2d, dw = launch.rmsnorm_backward(dy2d, x2d, weight, rstd, offset, None)
-    if torch.is_grad_enabled():
-        dx2d, dw = function._raising_if_differentiated((dx2d, dw), x2d, weight, rows_need_grad)
-    return dx2d, dw
-
-
-if os.environ.get(ENV, "") == "cpp":
-    turn_on()
-elif os.environ.get(ENV, "") not in ("", "python"):
-    raise ValueError(f"{ENV}: expected 'cpp' or 'python', got {os.environ[ENV]!r}")
+def requested() -> bool:
+    """RMSNORM_TRITON_HOST=cpp (function.py turns the path on at import where it is)."""
+    value = os.environ.get(ENV, "")
+    if value not in ("", "python", "cpp"):
+        raise ValueError(f"{ENV}: expected 'cpp' or 'python', got {value!r}")
+    return value == "cpp"
