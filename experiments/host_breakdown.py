@@ -98,7 +98,7 @@ def shape_lines(m: int, n: int, dtype: torch.dtype) -> None:
     timed("get_current_stream(0)", lambda: driver.active.get_current_stream(0))
     timed("_tritons_path_required", lambda: direct._tritons_path_required(None))
     key = replays._forward_replay_key(xd, wd, None)
-    found = replays._REPLAYS.get(key)
+    found = replays.recorded().get(key)
     if found is None:
         say("  (no forward replay recorded)")
         return

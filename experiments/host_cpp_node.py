@@ -277,7 +277,9 @@ def _register(ext, name: str, replay, args: tuple, slot_of: dict) -> None:
 
 
 def _recorded(prefix: str, shape) -> list:
-    return [(k, v) for k, v in replays._REPLAYS.items() if k[0] == prefix and tuple(k[1]) == shape]
+    return [
+        (k, v) for k, v in replays.recorded().items() if k[0] == prefix and tuple(k[1]) == shape
+    ]
 
 
 #: Where _forward_replay_key keeps keep_rstd (False: the forward writes no rstd).
@@ -288,7 +290,7 @@ def register(ext, ours, x, w, dy) -> None:
     """Our op's replays at x's shape, recorded by calls of it (a forward + backward and a
     no-grad forward), registered with the C++ node. Raises where a call was not replayed (not
     the single-tile paths)."""
-    replays._REPLAYS.clear()
+    replays.forget()
     xg, wg = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
     torch.autograd.grad(ours(xg, wg, EPS), (xg, wg), dy)
     with torch.no_grad():

@@ -49,7 +49,7 @@ timed("torch.empty_like", lambda: torch.empty_like(xd))
 timed("x.new_empty((m,n))", lambda: xd.new_empty((512, 2048)))
 timed("x.new_empty((m,), f32)", lambda: xd.new_empty((512,), dtype=torch.float32))
 timed("fwd replay key", lambda: launch._forward_replay_key(xd, wd, None))
-print("replays", len(replays._REPLAYS), "replayed launches", direct.replayed_launches, flush=True)
+print("replays", len(replays.recorded()), "replayed launches", direct.replayed_launches, flush=True)
 
 
 def ondev():

@@ -104,14 +104,13 @@ def reading_tables():
 
 
 @pytest.fixture(autouse=True)
-def _fresh_replays(monkeypatch):
+def _fresh_replays():
     """Each test starts with no recorded replays (impls/triton_rmsnorm/launch.py): a signature
     recorded by an earlier test (say, untuned) must not stand in for the path a test means to
     run (say, the autotuned one). Within a test, a signature's later calls replay as usual."""
-    from impls.triton_rmsnorm import host_path, replays
+    from impls.triton_rmsnorm import replays
 
-    monkeypatch.setattr(replays, "_REPLAYS", {})
-    host_path.forget()  # and the C++ host path's entries, where it is on
+    replays.forget()  # (and the C++ host path's entries, where it is on)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -112,13 +112,13 @@ def fake_module(monkeypatch):
 
 def _recorded_call(m: int, n: int, grad: bool):
     """Run one call on the CPU (the interpreter) and return its recorded replays per direction."""
-    replays._forget_replays()
+    replays.forget()
     x = torch.randn(m, n, dtype=torch.bfloat16, requires_grad=grad)
     w = torch.rand(n, dtype=torch.float32, requires_grad=grad)
     y = rmsnorm(x, w, 1e-6)
     if grad:
         y.backward(torch.randn_like(y))
-    return {key[0]: (_as_if_cuda(key), value) for key, value in replays._REPLAYS.items()}
+    return {key[0]: (_as_if_cuda(key), value) for key, value in replays.recorded().items()}
 
 
 def _as_if_cuda(key: tuple) -> tuple:

@@ -291,7 +291,7 @@ def test_a_capture_inside_a_tuning_takes_the_heuristic_unremembered(monkeypatch,
     w = torch.randn(3072, device=DEVICE, dtype=torch.bfloat16)
     with torch.no_grad():
         warm = rmsnorm(x, w)  # heuristic-only outside a session: compiles that binary
-    replays._REPLAYS.clear()
+    replays.forget()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with dispatch.tuning() as table:
@@ -304,11 +304,11 @@ def test_a_capture_inside_a_tuning_takes_the_heuristic_unremembered(monkeypatch,
         assert torch.equal(heuristic, warm)
         with torch.no_grad():
             expected = rmsnorm(x, w)
-        assert kernel_launch._TUNED and len(table) == 1 and replays._REPLAYS == {}
+        assert kernel_launch._TUNED and len(table) == 1 and replays.recorded() == {}
         torch.testing.assert_close(heuristic, expected)
         with torch.no_grad():
             assert torch.equal(rmsnorm(x, w), expected)  # recorded now
-        assert replays._REPLAYS
+        assert replays.recorded()
         graph = torch.cuda.CUDAGraph()
         before = direct.replayed_launches
         stream.wait_stream(torch.cuda.current_stream())

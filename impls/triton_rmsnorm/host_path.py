@@ -146,7 +146,7 @@ def turn_on() -> bool:
         return False
     module.set_backward_fallback(BACKWARD)
     MODULE = module
-    replays._forget_replays()  # recorded before: recorded again, and registered, at their next call
+    replays.forget()  # recorded before: recorded again, and registered, at their next call
     return True
 
 

@@ -37,14 +37,21 @@ ON_FORGET: list = []
 _REPLAYABLE = os.environ.get("RMSNORM_TRITON_REPLAY", "1") != "0"
 
 
-def _forget_replays() -> None:
-    """Replays hold the tables' choices of their time: forgotten when the tables change."""
+def forget() -> None:
+    """Forget every recorded replay (and, through ON_FORGET, the C++ host path's entries).
+    Replays hold the tables' choices of their time: forgotten when the tables change; tests
+    start with none."""
     _REPLAYS.clear()
     for listener in ON_FORGET:
         listener()
 
 
-dispatch.ON_CHANGE.append(_forget_replays)
+def recorded() -> dict:
+    """The recorded replays (a copy): replay key -> (the Replays, their configurations, extra)."""
+    return dict(_REPLAYS)
+
+
+dispatch.ON_CHANGE.append(forget)
 
 
 def _note_launch(kernel, grid, args: tuple, meta: dict, config: dict | None = None) -> None:
