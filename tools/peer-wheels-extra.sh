@@ -4,7 +4,8 @@
 # machine (Python 3.12, x86-64, no registry; torch 2.11 and triton 3.6 already there), and cut
 # them into git-ignored folders small enough to travel beside the working tree.
 # Run from the project root:    bash tools/peer-wheels-extra.sh [PART_MB]
-#   PART_MB (default 30): each folder's size; the tracked tree travels too (~31 MB now), and a
+#   PART_MB (default 30): each folder's size; --resplit (after PART_MB) cuts the parts already here
+#   again instead of downloading; the tracked tree travels too (~22 MB now), and a
 #   call carries at most 64 MiB in all, so PART_MB + tree must stay under 64 MiB.
 # It writes .pw1/ .pw2/ ... (all ignored through .git/info/exclude): one tar of every wheel,
 # split in parts, one part and the same install.sh in each folder. On the GPU machine, carry
@@ -29,11 +30,18 @@ dl() {
 # peer-wheels.sh's set (same versions), then the new peers and what they import that the
 # machine lacks (its image has einops, click, requests, tabulate, tqdm, ninja, numpy, packaging,
 # nvidia-ml-py, cuda-bindings/cuda-core/cuda-pathfinder and nvidia-cudnn-cu13 already).
+if [ "${2:-}" = "--resplit" ]; then
+  # cut the parts already here again at PART_MB (when the tree has grown past the carry limit)
+  n=$(ls -d .pw[0-9]* | wc -l)
+  for i in $(seq 1 "$n"); do cat ".pw$i/part_$i"; done > "$stage/peers.tar"
+  mkdir -p "$stage/wheels" && tar -C "$stage" -xf "$stage/peers.tar"
+else
 dl liger-kernel==0.8.5 quack-kernels==0.6.5 nvidia-cutlass-dsl==4.8.1 \
   nvidia-cutlass-dsl-libs-base==4.8.1 nvidia-cutlass-dsl-libs-core==4.8.1 \
   nvidia-cutlass-dsl-libs-cu13==4.8.1 'apache-tvm-ffi>=0.1.15,<0.2' torch-c-dlpack-ext \
   flashinfer-python==0.7.2.post1 nvidia-cudnn-frontend==1.32.0 fla-core==0.6.0 cuda-tile==1.7.0
 tar -C "$stage" -cf "$stage/peers.tar" wheels
+fi
 rm -rf .pw[0-9]*
 split -b "${part_mb}000000" -d -a 2 "$stage/peers.tar" "$stage/part_"
 parts=$(ls "$stage"/part_* | wc -l)
