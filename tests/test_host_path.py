@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.utils.cpp_extension import is_ninja_available
 
-from impls.triton_rmsnorm import direct, dispatch, host_path, kernels, replays
+from impls.triton_rmsnorm import direct, dispatch, host_path, kernels, launch, replays
 from impls.triton_rmsnorm.function import rmsnorm
 from tests.conftest import ON_GPU
 
@@ -88,6 +88,7 @@ class _Module:
 
     def __init__(self):
         self.added, self.cleared, self.asked = [], 0, []
+        self.latest = (-1, -1)
 
     def forward(self, x, w, eps, offset):
         self.asked.append((tuple(x.shape), eps, offset))
@@ -96,8 +97,12 @@ class _Module:
     def dtype_code(self, t):
         return {torch.float16: 5, torch.float32: 6, torch.bfloat16: 15}[t.dtype]
 
-    def add(self, fields, templates, partial_rows):
-        self.added.append((fields, templates, partial_rows))
+    def add(self, fields, templates, partial_rows, tag):
+        self.added.append((fields, templates, partial_rows, tag))
+
+    def take_latest(self):
+        latest, self.latest = self.latest, (-1, -1)
+        return latest
 
     def clear(self):
         self.cleared += 1
@@ -107,6 +112,7 @@ class _Module:
 def fake_module(monkeypatch):
     module = _Module()
     monkeypatch.setattr(host_path, "MODULE", module)
+    monkeypatch.setattr(host_path, "_LOADED", module)
     return module
 
 
@@ -149,8 +155,8 @@ def test_forward_entry_puts_each_tensor_and_scalar_in_its_parameter(fake_module,
 def test_backward_entry_puts_each_tensor_in_its_parameter(fake_module):
     recorded = _recorded_call(8, 256, grad=True)
     key, (launches, _configs, extra) = recorded["bwd"]
-    for launch in launches:
-        launch.compiled = _compiled(launch.kernel)
+    for replay in launches:
+        replay.compiled = _compiled(replay.kernel)
     fields, templates, partial_rows = host_path.backward_entry(key, launches, extra)
     assert fields[:8] == [2, 8, 256, 256, 256, 15, 6, 15] and fields[-1] == -1
     main = launches[0].kernel
@@ -174,16 +180,43 @@ def test_backward_entry_puts_each_tensor_in_its_parameter(fake_module):
 @cpu_calls
 def test_register_adds_described_replays_only(fake_module):
     recorded = _recorded_call(8, 256, grad=True)
-    key, ((replay,), _configs, extra) = recorded["fwd"]
-    host_path.register(key, [replay], extra)  # the interpreter's replay: no compiled kernel
-    host_path.register(("tag", *key), [replay], extra)  # a kernel test's override
+    key, ((replay,), configs, extra) = recorded["fwd"]
+    host_path.register(key, [replay], configs, extra)  # the interpreter's: no compiled kernel
+    host_path.register(("tag", *key), [replay], configs, extra)  # a kernel test's override
     assert fake_module.added == []
     replay.compiled = _compiled(kernels.rmsnorm_fwd_kernel)
-    host_path.register(key, [replay], extra)
+    host_path.register(key, [replay], configs, extra)
     assert len(fake_module.added) == 1
     replay.compiled.metadata.launch_cooperative_grid = True
-    host_path.register(key, [replay], extra)
+    host_path.register(key, [replay], configs, extra)
     assert len(fake_module.added) == 1
+
+
+@cpu_calls
+def test_launch_configs_of_served_calls_are_their_recording_calls(fake_module):
+    """take_launch_configs reports the configurations of the latest forward and backward
+    entries the module served, as their recording calls launched them."""
+    recorded = _recorded_call(8, 256, grad=True)
+    tags = {}
+    for direction in ("fwd", "bwd"):
+        key, (launches, _configs, extra) = recorded[direction]
+        for replay in launches:
+            replay.compiled = _compiled(replay.kernel)
+        configs = {f"{direction}_kernel": {"num_warps": 4 if direction == "fwd" else 8}}
+        host_path.register(key, list(launches), configs, extra)
+        tags[direction] = fake_module.added[-1][3]
+    assert tags["fwd"] != tags["bwd"]
+    launch.take_launch_configs()
+    assert launch.take_launch_configs() == {}  # nothing served
+    fake_module.latest = (tags["fwd"], -1)
+    assert launch.take_launch_configs() == {"fwd_kernel": {"num_warps": 4}}
+    assert launch.take_launch_configs() == {}  # taken
+    fake_module.latest = (tags["fwd"], tags["bwd"])
+    assert launch.take_launch_configs() == {"fwd_kernel": {"num_warps": 4},
+                                            "bwd_kernel": {"num_warps": 8}}  # fmt: skip
+    replays.forget()  # the entries forgotten: so are their tags' configurations
+    fake_module.latest = (tags["fwd"], tags["bwd"])
+    assert launch.take_launch_configs() == {}
 
 
 @cpu_calls
@@ -200,19 +233,19 @@ def test_recording_a_replay_registers_it_and_a_table_change_forgets(fake_module,
 
 @cpu_calls
 def test_a_failing_registration_warns_once_and_never_fails_the_call(fake_module, monkeypatch):
-    def broken(fields, templates, partial_rows):
+    def broken(fields, templates, partial_rows, tag):
         raise TypeError("a cast the module refused")
 
     monkeypatch.setattr(fake_module, "add", broken)
     monkeypatch.setattr(host_path, "_REGISTER_WARNED", False)
     recorded = _recorded_call(8, 256, grad=False)
-    key, ((replay,), _configs, extra) = recorded["fwd"]
+    key, ((replay,), configs, extra) = recorded["fwd"]
     replay.compiled = _compiled(kernels.rmsnorm_fwd_kernel)
     with pytest.warns(UserWarning, match="was not registered"):
-        host_path.register(key, [replay], extra)
+        host_path.register(key, [replay], configs, extra)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        host_path.register(key, [replay], extra)  # once only
+        host_path.register(key, [replay], configs, extra)  # once only
 
 
 @cpu_calls
@@ -290,22 +323,23 @@ def test_built_module_keeps_entries_and_serves_no_cpu_call(built_module):
     assert len(codes) == 3
     built_module.clear()
     template = (0xABC, 4, 128, 0, False, 2, "pe", [0, 0], [0, 0])
-    built_module.add([1, 8, 256, 256, 15, 15, 15, 1, 0, 0, 0], [template], 0)
-    built_module.add([1, 8, 256, 256, 15, 15, 15, 1, 0, 0, 0], [template], 0)  # replaces
+    built_module.add([1, 8, 256, 256, 15, 15, 15, 1, 0, 0, 0], [template], 0, 7)
+    built_module.add([1, 8, 256, 256, 15, 15, 15, 1, 0, 0, 0], [template], 0, 7)  # replaces
     assert built_module.size() == 1
     x, w = torch.randn(8, 256), torch.rand(256)
     assert built_module.forward(x, w, 1e-6, 0.0) is None  # a CPU x: Python's path serves it
     built_module.clear()
     assert built_module.size() == 0
     with pytest.raises(RuntimeError, match="differ in length"):
-        built_module.add([1], [(0xABC, 4, 128, 0, False, 2, "pe", [0], [0, 0])], 0)
+        built_module.add([1], [(0xABC, 4, 128, 0, False, 2, "pe", [0], [0, 0])], 0, 7)
     with pytest.raises(RuntimeError, match="at most 14 fields"):
-        built_module.add([1, *range(14)], [template], 0)
+        built_module.add([1, *range(14)], [template], 0, 7)
     with pytest.raises(RuntimeError, match="tensor slot out of range"):
-        built_module.add([1], [(0xABC, 4, 128, 0, False, 2, "pe", [4, 0], [0, 0])], 0)
+        built_module.add([1], [(0xABC, 4, 128, 0, False, 2, "pe", [4, 0], [0, 0])], 0, 7)
     with pytest.raises(RuntimeError, match="starts with 1"):
-        built_module.add([3], [template], 0)
+        built_module.add([3], [template], 0, 7)
     assert built_module.served() == (0, 0)
+    assert built_module.take_latest() == (-1, -1)  # nothing served
 
 
 def test_built_module_loads_from_its_file_without_building(built_module, monkeypatch):

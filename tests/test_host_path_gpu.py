@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from impls.triton_rmsnorm import direct, dispatch, host_path, rmsnorm
+from impls.triton_rmsnorm import direct, dispatch, host_path, launch, rmsnorm
 from impls.triton_rmsnorm.function import DOUBLE_BACKWARD_ERROR
 from tests.conftest import ON_GPU
 
@@ -98,6 +98,19 @@ def test_strided_rows_and_a_strided_gradient(host_on):
     _assert_same_bits(_served(x, w, dy), _python_path(x, w, dy))
     dy_t = torch.randn(4096, 512, device="cuda", dtype=torch.bfloat16).t()  # copied, as in Python
     _assert_same_bits(_served(x, w, dy_t), _python_path(x, w, dy_t))
+
+
+def test_served_calls_report_their_recording_calls_launch_configs(host_on):
+    """The harness's launch column: a served call reports what its entry's recording call
+    launched (take_launch_configs)."""
+    x, w, dy = _inputs((2048, 4096), torch.bfloat16)
+    launch.take_launch_configs()
+    _fwd_bwd(x, w, dy)  # records (and registers) both directions
+    recorded = launch.take_launch_configs()
+    assert recorded, "the recording call launched no tuned kernel"
+    _served(x, w, dy)
+    assert launch.take_launch_configs() == recorded
+    assert launch.take_launch_configs() == {}
 
 
 def test_what_it_does_not_serve_takes_pythons_path(host_on):

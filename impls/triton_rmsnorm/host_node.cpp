@@ -172,9 +172,12 @@ struct KeyHash {
 struct Entry {
   std::vector<Launch> launches;
   int64_t partial_rows = 0;  // the backward's [partial_rows, N] fp32 dw partials (0: none)
+  int64_t tag = -1;  // Python's name for the entry (its launch configurations: host_path.py)
 };
 
 std::atomic<int64_t> served_forwards{0}, served_backwards{0};  // calls launched from here
+// the tags of the latest forward and backward entries served (-1: none since take_latest)
+std::atomic<int64_t> latest_forward{-1}, latest_backward{-1};
 std::shared_mutex entries_mutex;  // the autograd engine's threads read while Python registers
 std::unordered_map<Key, std::shared_ptr<const Entry>, KeyHash> entries;
 // Python's backward, for a backward no entry serves: a strong reference never dropped (a
@@ -194,7 +197,8 @@ std::shared_ptr<const Entry> find(const Key& key) {
   return it == entries.end() ? nullptr : it->second;
 }
 
-void add(const std::vector<int64_t>& fields, const py::list& launches, int64_t partial_rows) {
+void add(const std::vector<int64_t>& fields, const py::list& launches, int64_t partial_rows,
+         int64_t tag) {
   TORCH_CHECK(!fields.empty() && (fields[0] == 1 || fields[0] == 2),
               "rmsnorm host path: a key starts with 1 (forward) or 2 (backward)");
   const int64_t tensors = fields[0] == 1 ? 4 : 7;  // the call's tensors (Node's comment)
@@ -204,6 +208,7 @@ void add(const std::vector<int64_t>& fields, const py::list& launches, int64_t p
   }
   TORCH_CHECK(!entry->launches.empty(), "rmsnorm host path: an entry without launches");
   entry->partial_rows = partial_rows;
+  entry->tag = tag;
   std::unique_lock<std::shared_mutex> lock(entries_mutex);
   entries[key_of(fields)] = std::move(entry);
 }
@@ -300,6 +305,7 @@ class Node : public torch::autograd::Function<Node> {
       return {dx2d.view(x.sizes()), dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
     }
     served_backwards.fetch_add(1, std::memory_order_relaxed);
+    latest_backward.store(entry->tag, std::memory_order_relaxed);
     at::Tensor dx = at::empty(x.sizes(), x.options());
     at::Tensor dw = at::empty_like(w);
     const int device = x.get_device();
@@ -331,6 +337,7 @@ py::object forward(const at::Tensor& x, const at::Tensor& w, double eps, double 
   auto entry = find(forward_key(x, w, m, n, stride, grad));
   if (entry == nullptr) return py::none();
   served_forwards.fetch_add(1, std::memory_order_relaxed);
+  latest_forward.store(entry->tag, std::memory_order_relaxed);
   if (grad) return py::cast(Node::apply(x, w, eps, offset, entry, m));
   at::Tensor y = at::empty(x.sizes(), x.options());
   run(entry->launches[0], {&x, &w, &y, &y}, eps, offset, x.get_device());
@@ -338,6 +345,10 @@ py::object forward(const at::Tensor& x, const at::Tensor& w, double eps, double 
 }
 
 py::tuple served() { return py::make_tuple(served_forwards.load(), served_backwards.load()); }
+
+py::tuple take_latest() {
+  return py::make_tuple(latest_forward.exchange(-1), latest_backward.exchange(-1));
+}
 
 void set_backward_fallback(const py::object& fallback) {
   PyObject* old = backward_fallback;
@@ -349,11 +360,14 @@ void set_backward_fallback(const py::object& fallback) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("forward", &forward, "y where an entry serves the call, else None");
-  module.def("add", &add, "register an entry: key fields, launches, partial rows");
+  module.def("add", &add, "register an entry: key fields, launches, partial rows, tag");
   module.def("clear", &clear, "forget every entry");
   module.def("size", &size, "the number of entries");
   module.def("dtype_code", &dtype_code, "the key's code of a tensor's dtype");
   module.def("served", &served, "(forwards, backwards) launched from here so far");
+  module.def("take_latest", &take_latest,
+             "the tags of the latest forward and backward entries served since the last take "
+             "(-1: none), then forgets them");
   module.def("set_backward_fallback", &set_backward_fallback,
              "Python's backward, for a backward no entry serves");
 }

@@ -16,8 +16,8 @@ override or a Triton launch hook, and tensor subclasses (function._host_may_serv
 are forgotten with the replays (when the dispatch tables change, and when the path is turned
 on). Two things Python's replays do that these launches do not: RMSNORM_TRITON_CHECK_DIRECT's
 check of each launch against Triton's own choice (the C++ key holds the replay key's fields),
-and launch.take_launch_configs (a call served here reports no configuration; its key's
-recording call did).
+and launch.take_launch_configs reports, for calls served here, the configurations their entries'
+recording calls launched (the latest forward and backward entry served since the last take).
 
 Opt-in, and built once per torch version and source (the build takes ~40 s: a C++ compiler,
 torch's headers and the CUDA headers Triton bundles; nvcc is not needed):
@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import itertools
 import os
 import sys
 import warnings
@@ -42,7 +43,7 @@ from pathlib import Path
 import torch
 import triton
 
-from . import kernels, replays
+from . import kernel_launch, kernels, replays
 from .backward_launch import _single_tile_backward_args, _two_role_backward_args
 from .forward_launch import _single_tile_forward_args
 
@@ -60,6 +61,12 @@ MODULE = None
 #: create_graph=True): function._host_backward, set by function.py.
 BACKWARD = None
 _REGISTER_WARNED = False
+#: The loaded module, set aside or not (its latest entries served are reported to
+#: take_launch_configs either way).
+_LOADED = None
+#: An entry's tag -> the configurations its recording call launched (take_launch_configs).
+_CONFIGS: dict[int, dict] = {}
+_TAGS = itertools.count()
 
 
 class Unsupported(Exception):
@@ -144,8 +151,9 @@ def turn_on() -> bool:
     if reason is not None:
         warnings.warn(f"{ENV}=cpp: the C++ host path is off ({reason})", stacklevel=2)
         return False
+    global _LOADED
     module.set_backward_fallback(BACKWARD)
-    MODULE = module
+    MODULE = _LOADED = module
     replays.forget()  # recorded before: recorded again, and registered, at their next call
     return True
 
@@ -167,10 +175,11 @@ def set_aside():
 
 
 def turn_off() -> None:
-    global MODULE
+    global MODULE, _LOADED
     if MODULE is not None:
         MODULE.clear()
-    MODULE = None
+    MODULE = _LOADED = None
+    _CONFIGS.clear()
 
 
 # ---- what a call registers --------------------------------------------------------------------
@@ -313,14 +322,17 @@ def backward_entry(key: tuple, launches: list, extra) -> tuple:
                     launch_template(reduce, (partials, dw, programs, n))], programs  # fmt: skip
 
 
-def register(key: tuple, launches: list, extra) -> None:
-    """Hand a replay just recorded (replays._record) to the C++ module, where it describes one."""
+def register(key: tuple, launches: list, configs: dict, extra) -> None:
+    """Hand a replay just recorded (replays._record) to the C++ module, where it describes one;
+    configs: the configurations its recording call launched (kernel name -> config)."""
     if MODULE is None or not key or key[0] not in ("fwd", "bwd"):
         return  # off, or a kernel test's tagged replay
     entry_of = forward_entry if key[0] == "fwd" else backward_entry
     try:
         fields, templates, partial_rows = entry_of(key, launches, extra)
-        MODULE.add(fields, templates, partial_rows)
+        tag = next(_TAGS)
+        _CONFIGS[tag] = configs
+        MODULE.add(fields, templates, partial_rows, tag)
     except Unsupported:
         return
     except Exception as error:  # never the call's failure: its kernels ran; Python replays it
@@ -335,10 +347,24 @@ def forget() -> None:
     """Forget every entry (the replays were forgotten: the tables changed)."""
     if MODULE is not None:
         MODULE.clear()
+    _CONFIGS.clear()
+
+
+def launched_configs() -> dict:
+    """The configurations of the latest forward and backward entries served since the last
+    take (kernel name -> config; take_launch_configs adds them to Python's launches)."""
+    if _LOADED is None:
+        return {}
+    taken = {}
+    for tag in _LOADED.take_latest():
+        for kernel, config in _CONFIGS.get(tag, {}).items():
+            taken[kernel] = dict(config)
+    return taken
 
 
 replays.ON_RECORD.append(register)
 replays.ON_FORGET.append(forget)
+kernel_launch.LAUNCHED_ELSEWHERE.append(launched_configs)
 
 
 def requested() -> bool:

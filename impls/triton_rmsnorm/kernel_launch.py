@@ -155,6 +155,9 @@ def _harvest(kernel_name: str, config: dict) -> None:
 
 #: kernel name -> the configuration of its latest launch (see take_launch_configs).
 _LAUNCHED: dict[str, dict] = {}
+#: Functions returning the configurations of launches made outside Python's launchers since
+#: they were last asked (kernel name -> config): the C++ host path's (host_path.py).
+LAUNCHED_ELSEWHERE: list = []
 
 
 def take_launch_configs() -> dict[str, dict]:
@@ -163,6 +166,8 @@ def take_launch_configs() -> dict[str, dict]:
     records: which configuration a timing ran."""
     taken = {kernel: dict(config) for kernel, config in _LAUNCHED.items()}
     _LAUNCHED.clear()
+    for source in LAUNCHED_ELSEWHERE:
+        taken.update(source())
     return taken
 
 

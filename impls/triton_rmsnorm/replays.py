@@ -26,7 +26,7 @@ _REPLAYS: dict[tuple, tuple] = {}
 #: At most this many signatures are recorded (M that changes every call would grow the table
 #: without bound); later new signatures take the path above.
 REPLAY_CAP = 4096
-#: Called as listener(key, replays, extra) when a replay is recorded (host_path.py registers it
+#: Called as listener(key, replays, configs, extra) when a replay is recorded (host_path.py registers it
 #: with the C++ host path).
 ON_RECORD: list = []
 #: Called when the replays are forgotten (host_path.py forgets its entries with them).
@@ -98,7 +98,7 @@ def _record(key: tuple, call, args: tuple, launches: tuple, extra=None) -> None:
     configs = {launch[0].fn.__name__: launch[5] for launch in recorded if launch[5] is not None}
     _REPLAYS[key] = (replays, configs, extra)
     for listener in ON_RECORD:
-        listener(key, replays, extra)
+        listener(key, replays, configs, extra)
 
 
 def _forward_replay_key(x, weight, out_dtype, keep_rstd: bool = True) -> tuple:
