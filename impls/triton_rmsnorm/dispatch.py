@@ -70,10 +70,23 @@ _HEURISTIC_ONLY = os.environ.get("RMSNORM_TRITON_AUTOTUNE", "1") == "0"
 _TUNE_ENV = os.environ.get("RMSNORM_TRITON_TUNE", "0") == "1"
 _TUNE_GROUP_ENV = os.environ.get("RMSNORM_TRITON_TUNE_GROUP", "0") == "1"
 
-#: Per thread: the running path's table configurations (kernel name -> launch keywords) that
-#: kernel_launch._launch reads; `measuring` while a tuning measures; `launched`, a dict that
-#: _launch fills with each tuned kernel's configuration while a tuning's choice is harvested.
-_ACTIVE = threading.local()
+
+class _PerThread(threading.local):
+    """Per thread: the running path's table configurations (kernel name -> launch keywords)
+    that kernel_launch._launch reads; `measuring` while a tuning measures, on `stream`;
+    `launched`, a dict that _launch fills with each tuned kernel's configuration while a
+    tuning's choice is harvested; `left_untuned` (replays.py). The class attributes are what a
+    thread reads before it sets its own (a getattr default on a bare threading.local costs
+    ~0.5 us a read, an AttributeError raised and caught, on every call)."""
+
+    configs = None
+    measuring = False
+    stream = None
+    launched = None
+    left_untuned = False
+
+
+_ACTIVE = _PerThread()
 #: One tuning at a time in the process (each times on the GPU; two at once would time each
 #: other's kernels).
 _TUNING_LOCK = threading.RLock()

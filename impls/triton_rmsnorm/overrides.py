@@ -7,9 +7,16 @@ from __future__ import annotations
 import contextlib
 import threading
 
-#: Per thread: the stack of override layers (innermost last), each a dict of the forced
-#: forward and backward names, their configurations and offered_only.
-_OVERRIDES = threading.local()
+
+class _Layers(threading.local):
+    """Per thread: the stack of override layers (innermost last), each a dict of the forced
+    forward and backward names, their configurations and offered_only; None in a thread that
+    has made none (a class default: read at every call, it raises nothing)."""
+
+    stack = None
+
+
+_OVERRIDES = _Layers()
 
 
 # ---- override -----------------------------------------------------------------------------

@@ -18,9 +18,16 @@ from . import common, direct, dispatch
 # shapes, row strides, dtypes, each input's 16-byte alignment, the device; outputs and scratch are
 # new contiguous allocations, as at recording.
 
-#: Per thread, while a call is recorded: each launch, as (kernel, grid, args, meta, device,
-#: tuned config or None).
-_RECORDING = threading.local()
+
+class _Recording(threading.local):
+    """Per thread, while a call is recorded: each launch, as (kernel, grid, args, meta, device,
+    tuned config or None); None otherwise (a class default: read at every launch, it raises
+    nothing)."""
+
+    launches = None
+
+
+_RECORDING = _Recording()
 #: replay key -> (the Replays, their configurations for take_launch_configs, extra values).
 _REPLAYS: dict[tuple, tuple] = {}
 #: At most this many signatures are recorded (M that changes every call would grow the table
