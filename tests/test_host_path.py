@@ -193,6 +193,19 @@ def test_register_adds_described_replays_only(fake_module):
 
 
 @cpu_calls
+def test_a_call_recorded_with_the_path_set_aside_is_registered(fake_module):
+    """Python's replays record a key once: one recorded inside set_aside must reach the module
+    too, or the C++ path never serves it (a test's Python-path reference call made first)."""
+    recorded = _recorded_call(8, 256, grad=False)
+    key, ((replay,), configs, extra) = recorded["fwd"]
+    replay.compiled = _compiled(kernels.rmsnorm_fwd_kernel)
+    with host_path.set_aside():
+        assert host_path.current() == "python"
+        host_path.register(key, [replay], configs, extra)
+    assert len(fake_module.added) == 1 and host_path.current() == "cpp"
+
+
+@cpu_calls
 def test_launch_configs_of_served_calls_are_their_recording_calls(fake_module):
     """take_launch_configs reports the configurations of the latest forward and backward
     entries the module served, as their recording calls launched them."""

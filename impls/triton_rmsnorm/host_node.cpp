@@ -29,6 +29,10 @@
 
 namespace {
 
+// Error messages are built from strings (std::to_string for numbers): on the H200 machine's
+// toolchain, formatting a number through an ostream in this module (TORCH_CHECK's variadic
+// message) crashed the process instead of raising.
+
 // ---- the driver -------------------------------------------------------------------------------
 
 void* driver_symbol(const char* name) {
@@ -126,8 +130,8 @@ void run(const Launch& launch, const std::vector<const at::Tensor*>& tensors, do
   }
   static auto launch_ex = reinterpret_cast<LaunchEx>(driver_symbol("cuLaunchKernelEx"));
   const CUresult result = launch_ex(&config, launch.function, pointers.data(), nullptr);
-  TORCH_CHECK(result == CUDA_SUCCESS, "rmsnorm host path: cuLaunchKernelEx failed (", int(result),
-              ")");
+  TORCH_CHECK(result == CUDA_SUCCESS, "rmsnorm host path: cuLaunchKernelEx failed (" +
+                                           std::to_string(static_cast<int>(result)) + ")");
 }
 
 Launch launch_of(const py::tuple& t, int64_t tensors) {
@@ -146,9 +150,9 @@ Launch launch_of(const py::tuple& t, int64_t tensors) {
               "rmsnorm host path: kinds, slots and values differ in length");
   for (size_t k = 0; k < kinds.size(); ++k) {
     TORCH_CHECK(kinds[k] != 'p' || (slots[k] >= 0 && slots[k] < tensors),
-                "rmsnorm host path: a tensor slot out of range (", slots[k], ")");
+                "rmsnorm host path: a tensor slot out of range (" + std::to_string(slots[k]) + ")");
     TORCH_CHECK(std::string("peoifblu").find(kinds[k]) != std::string::npos,
-                "rmsnorm host path: unknown parameter kind ", kinds[k]);
+                "rmsnorm host path: unknown parameter kind " + std::string(1, kinds[k]));
     launch.params.push_back({kinds[k], slots[k], values[k]});
   }
   return launch;
@@ -289,7 +293,8 @@ class Node : public torch::autograd::Function<Node> {
     if (dy2d.stride(1) != 1) dy2d = dy2d.contiguous();  // as Python's _rows
     const int64_t m = x2d.size(0);
     std::shared_ptr<const Entry> entry;
-    if (!torch::autograd::GradMode::is_enabled() && on_current_device(x)) {
+    if (!torch::autograd::GradMode::is_enabled() && on_current_device(x) &&
+        dy2d.has_storage()) {
       entry = find(key_of({2, m, n, x2d.stride(0), dy2d.stride(0), dtype_code(x), dtype_code(w),
                            dtype_code(dy2d), alignment(x2d), alignment(w), alignment(dy2d),
                            alignment(rstd), x.get_device()}));
@@ -326,7 +331,9 @@ class Node : public torch::autograd::Function<Node> {
 // gradient (grad mode on and x or w requiring one): through the autograd node.
 py::object forward(const at::Tensor& x, const at::Tensor& w, double eps, double offset) {
   int64_t m, n, stride;
-  if (!x.is_cuda() || !rows_of(x, m, n, stride)) return py::none();
+  // a tensor without storage (a functorch wrapper outliving its transform) has no address
+  if (!x.is_cuda() || !x.has_storage() || !w.has_storage()) return py::none();
+  if (!rows_of(x, m, n, stride)) return py::none();
   if (w.dim() != 1 || w.size(0) != n || w.stride(0) != 1 || w.device() != x.device()) {
     return py::none();
   }

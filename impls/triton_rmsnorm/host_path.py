@@ -165,7 +165,8 @@ def current() -> str:
 
 @contextlib.contextmanager
 def set_aside():
-    """Inside the block Python's path serves every call (the C++ module kept, but not asked)."""
+    """Inside the block Python's path serves every call (the C++ module kept, but not asked);
+    what Python records there is still registered, and served after the block."""
     global MODULE
     saved, MODULE = MODULE, None
     try:
@@ -176,8 +177,8 @@ def set_aside():
 
 def turn_off() -> None:
     global MODULE, _LOADED
-    if MODULE is not None:
-        MODULE.clear()
+    if _LOADED is not None:
+        _LOADED.clear()
     MODULE = _LOADED = None
     _CONFIGS.clear()
 
@@ -273,7 +274,7 @@ def launch_template(replay, args: tuple) -> tuple:
 
 
 def _code(dtype: torch.dtype) -> int:
-    return MODULE.dtype_code(torch.empty(0, dtype=dtype))
+    return _LOADED.dtype_code(torch.empty(0, dtype=dtype))
 
 
 def forward_entry(key: tuple, launches: list, extra) -> tuple:
@@ -325,14 +326,15 @@ def backward_entry(key: tuple, launches: list, extra) -> tuple:
 def register(key: tuple, launches: list, configs: dict, extra) -> None:
     """Hand a replay just recorded (replays._record) to the C++ module, where it describes one;
     configs: the configurations its recording call launched (kernel name -> config)."""
-    if MODULE is None or not key or key[0] not in ("fwd", "bwd"):
+    module = _LOADED  # set aside too: a call recorded there is served once the block ends
+    if module is None or not key or key[0] not in ("fwd", "bwd"):
         return  # off, or a kernel test's tagged replay
     entry_of = forward_entry if key[0] == "fwd" else backward_entry
     try:
         fields, templates, partial_rows = entry_of(key, launches, extra)
         tag = next(_TAGS)
         _CONFIGS[tag] = configs
-        MODULE.add(fields, templates, partial_rows, tag)
+        module.add(fields, templates, partial_rows, tag)
     except Unsupported:
         return
     except Exception as error:  # never the call's failure: its kernels ran; Python replays it
@@ -345,8 +347,8 @@ def register(key: tuple, launches: list, configs: dict, extra) -> None:
 
 def forget() -> None:
     """Forget every entry (the replays were forgotten: the tables changed)."""
-    if MODULE is not None:
-        MODULE.clear()
+    if _LOADED is not None:
+        _LOADED.clear()
     _CONFIGS.clear()
 
 
