@@ -789,6 +789,8 @@ def test_pretend_device_gives_every_device_its_facts_nests_and_forgets_cached_an
         assert held_paths._held_group_backward_programs_per_sm(0, config) == wide
         with dispatch.pretend_device(capability=(8, 0)):
             assert not common._hopper_class(cpu)
+        with dispatch.pretend_device(name="NVIDIA H100 80GB HBM3"):
+            assert common.gpu_name(0) == "NVIDIA H100 80GB HBM3"
     assert (common._programs_cap(cpu), common._hopper_class(cpu), common._inline_ptx_runs()) == own
     for facts, error, named in [
         ({"sms": 132}, TypeError, "sms"),
@@ -797,6 +799,8 @@ def test_pretend_device_gives_every_device_its_facts_nests_and_forgets_cached_an
         ({"capability": "9.0"}, ValueError, "capability"),
         ({"inline_ptx": 1}, ValueError, "inline_ptx"),
         ({"shared_bytes_per_sm": -1}, ValueError, "shared_bytes_per_sm"),
+        ({"name": ""}, ValueError, "name"),
+        ({"name": 200}, ValueError, "name"),
     ]:
         with pytest.raises(error, match=named), dispatch.pretend_device(**facts):
             pass

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from impls.triton_rmsnorm import dispatch, fp8, fp8_table, fp8_tune
+from impls.triton_rmsnorm import fp8, fp8_table, fp8_tune
 from tests.conftest import ON_GPU
 
 
@@ -49,12 +49,12 @@ def test_a_broken_table_names_its_file_and_the_problem(tmp_path, text, match):
 
 
 @pytest.fixture
-def on_a_tabled_gpu(monkeypatch, tmp_path):
+def on_a_tabled_gpu(monkeypatch, tmp_path, pretend_device):
     """fp8_launch_config as on a CUDA GPU whose class has a table in tmp_path."""
     name = f"Test GPU {tmp_path.name}"  # committed() caches per name: one of its own
     monkeypatch.setattr(fp8_table, "FP8_TABLES_DIR", tmp_path)
     monkeypatch.setattr(fp8.launch, "interpreting", lambda: False)
-    monkeypatch.setattr(dispatch, "_device_name", lambda index: name)
+    pretend_device(name=name)
     return fp8_table.committed_path(name)
 
 

@@ -60,7 +60,7 @@ _PRETENDED: dict = {}
 FACT_CACHES: list = []
 #: The facts pretend_device takes, each read by one helper below.
 FACTS = ("sm_count", "capability", "shared_bytes_per_block", "shared_bytes_per_sm", "l2_bytes",
-         "inline_ptx")  # fmt: skip
+         "inline_ptx", "name")  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -70,7 +70,8 @@ def pretend_device(**facts):
     compute capability, a (major, minor) pair: the Hopper-class rules and PDL),
     shared_bytes_per_block and shared_bytes_per_sm (shared memory a program may ask for and an
     SM holds), l2_bytes (the L2 cache: the two-role backward's rule; 0 for no L2, as the
-    interpreter's CPU), inline_ptx (whether the kernels' inline PTX runs). A fact not given reads as the
+    interpreter's CPU), inline_ptx (whether the kernels' inline PTX runs), name (the GPU's name:
+    the class whose committed launch tables serve it). A fact not given reads as the
     device's own. For tests and experiments of one GPU's choices on another machine (the
     interpreter included): the kernels still run on the device at hand, so a pretended fact that
     the device does not have makes its paths fail there. Blocks nest, the inner one winning per
@@ -92,6 +93,9 @@ def pretend_device(**facts):
         raise ValueError(f"capability: expected a (major, minor) pair of ints, got {capability!r}")
     if facts.get("inline_ptx") is not None and not isinstance(facts["inline_ptx"], bool):
         raise ValueError(f"inline_ptx: expected a bool, got {facts['inline_ptx']!r}")
+    name = facts.get("name")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ValueError(f"name: expected a GPU's name (a non-empty str), got {name!r}")
     saved = dict(_PRETENDED)
     _PRETENDED.update({k: v for k, v in facts.items() if v is not None})
     _forget_fact_caches()
@@ -106,6 +110,18 @@ def pretend_device(**facts):
 def _forget_fact_caches() -> None:
     for cache in FACT_CACHES:
         getattr(cache, "cache_clear", cache)()
+
+
+def gpu_name(device_index: int) -> str:
+    """The device's name (torch.cuda.get_device_name), or the one pretend_device gives: the
+    GPU class whose committed tables (dispatch, fp8) serve its calls."""
+    pretended = _PRETENDED.get("name")
+    return pretended if pretended is not None else _device_gpu_name(device_index)
+
+
+@functools.cache
+def _device_gpu_name(device_index: int) -> str:
+    return torch.cuda.get_device_name(device_index)
 
 
 def _sm_count(device_index: int) -> int:

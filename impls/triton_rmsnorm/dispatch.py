@@ -152,11 +152,6 @@ def cache_path(device_name: str) -> Path:
 # ---- the tables ---------------------------------------------------------------------------
 
 
-@functools.cache
-def _device_name(device_index: int) -> str:
-    return torch.cuda.get_device_name(device_index)
-
-
 def _read(path: Path) -> Table:
     """path's table; a broken file is reported and skipped (it never takes a call down)."""
     if not path.exists():
@@ -182,7 +177,7 @@ def table(device_index: int) -> Table:
         with _TABLES_LOCK:
             found = Table()
             if not _HEURISTIC_ONLY:
-                name = _device_name(device_index)
+                name = common.gpu_name(device_index)
                 found = _read(dispatch_table.committed_table_path(name))
                 with contextlib.suppress(RuntimeError):  # no home directory: no cache
                     found = found.merged(_read(cache_path(name)))
@@ -285,7 +280,7 @@ def _session(device_index: int) -> _Session | None:
         return None
     session = _ENV_SESSION.get(device_index)
     if session is None:
-        path = cache_path(_device_name(device_index))
+        path = cache_path(common.gpu_name(device_index))
         session = _ENV_SESSION[device_index] = _Session(_read(path), path, _TUNE_GROUP_ENV)
     return session
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from . import common, dispatch, fp8_kernels, fp8_table, launch
+from . import common, fp8_kernels, fp8_table, launch
 from .function import _needs_grad, _rows, _shaped, _validate_residual, validate_inputs
 
 SCALINGS = ("per_token", "per_tensor", "block")
@@ -71,7 +71,7 @@ def fp8_launch_config(
     if entry is not None:
         return dict(entry)
     if device is not None and device.type == "cuda" and not launch.interpreting():
-        tabled = fp8_table.committed(dispatch._device_name(device.index or 0)).get(key)
+        tabled = fp8_table.committed(common.gpu_name(device.index or 0)).get(key)
         if tabled is not None:
             return tabled.config
     return heuristic_fp8_launch_config(block_n)
