@@ -138,7 +138,7 @@ def test_forward_entry_puts_each_tensor_and_scalar_in_its_parameter(fake_module,
     recorded = _recorded_call(8, 256, grad)
     key, ((replay,), _configs, extra) = recorded["fwd"]
     replay.compiled = _compiled(kernels.rmsnorm_fwd_kernel)
-    fields, (template,), partial_rows = host_path.forward_entry(key, [replay], extra)
+    fields, (template,), partial_rows = host_path.forward_entry(fake_module, key, [replay], extra)
     assert fields == [1, 8, 256, 256, 15, 6, 15, int(grad), key[7], key[8], -1]
     assert partial_rows == 0
     assert template[:6] == (0xABC, replay.grid[0], 128, 1024, True, host_path.SCRATCH_POINTERS)
@@ -157,7 +157,7 @@ def test_backward_entry_puts_each_tensor_in_its_parameter(fake_module):
     key, (launches, _configs, extra) = recorded["bwd"]
     for replay in launches:
         replay.compiled = _compiled(replay.kernel)
-    fields, templates, partial_rows = host_path.backward_entry(key, launches, extra)
+    fields, templates, partial_rows = host_path.backward_entry(fake_module, key, launches, extra)
     assert fields[:8] == [2, 8, 256, 256, 256, 15, 6, 15] and fields[-1] == -1
     main = launches[0].kernel
     params = _by_name(main, templates[0])
@@ -203,6 +203,17 @@ def test_a_call_recorded_with_the_path_set_aside_is_registered(fake_module):
         assert host_path.current() == "python"
         host_path.register(key, [replay], configs, extra)
     assert len(fake_module.added) == 1 and host_path.current() == "cpp"
+
+
+def test_set_aside_nests_and_keeps_a_turn_off_made_inside(fake_module):
+    with host_path.set_aside():
+        with host_path.set_aside():
+            assert host_path.current() == "python"
+        assert host_path.current() == "python"  # the outer block still open
+    assert host_path.current() == "cpp"
+    with host_path.set_aside():
+        host_path.turn_off()
+    assert host_path.current() == "python" and host_path.MODULE is None
 
 
 @cpu_calls
@@ -292,10 +303,10 @@ def test_forward_entry_refuses_two_level_rows_and_another_out_dtype(fake_module)
     recorded = _recorded_call(8, 256, grad=True)
     key, ((replay,), _configs, _extra) = recorded["fwd"]
     with pytest.raises(host_path.Unsupported):
-        host_path.forward_entry(key, [replay], True)
+        host_path.forward_entry(fake_module, key, [replay], True)
     other = (*key[:5], torch.float32, *key[6:])
     with pytest.raises(host_path.Unsupported):
-        host_path.forward_entry(other, [replay], None)
+        host_path.forward_entry(fake_module, other, [replay], None)
 
 
 def test_the_source_is_package_data():

@@ -112,7 +112,9 @@ class _Session:
 
 
 _SESSION: _Session | None = None
-_ENV_SESSION: dict[int, _Session] = {}
+#: RMSNORM_TRITON_TUNE=1's sessions, by (device, GPU name): a name pretend_device gives has
+#: its own cache file.
+_ENV_SESSION: dict[tuple, _Session] = {}
 
 
 def heuristic_only() -> bool:
@@ -278,10 +280,11 @@ def _session(device_index: int) -> _Session | None:
         return _SESSION
     if not _TUNE_ENV or _HEURISTIC_ONLY:
         return None
-    session = _ENV_SESSION.get(device_index)
+    name = common.gpu_name(device_index)
+    session = _ENV_SESSION.get((device_index, name))
     if session is None:
-        path = cache_path(common.gpu_name(device_index))
-        session = _ENV_SESSION[device_index] = _Session(_read(path), path, _TUNE_GROUP_ENV)
+        path = cache_path(name)
+        session = _ENV_SESSION[device_index, name] = _Session(_read(path), path, _TUNE_GROUP_ENV)
     return session
 
 

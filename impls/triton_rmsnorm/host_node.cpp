@@ -39,7 +39,7 @@ void* driver_symbol(const char* name) {
   static void* handle = dlopen("libcuda.so.1", RTLD_LAZY);
   TORCH_CHECK(handle != nullptr, "rmsnorm host path: cannot open libcuda.so.1");
   void* symbol = dlsym(handle, name);
-  TORCH_CHECK(symbol != nullptr, "rmsnorm host path: libcuda.so.1 has no ", name);
+  TORCH_CHECK(symbol != nullptr, std::string("rmsnorm host path: libcuda.so.1 has no ") + name);
   return symbol;
 }
 
@@ -294,7 +294,7 @@ class Node : public torch::autograd::Function<Node> {
     const int64_t m = x2d.size(0);
     std::shared_ptr<const Entry> entry;
     if (!torch::autograd::GradMode::is_enabled() && on_current_device(x) &&
-        dy2d.has_storage()) {
+        dy2d.has_storage() && x2d.has_storage() && w.has_storage() && rstd.has_storage()) {
       entry = find(key_of({2, m, n, x2d.stride(0), dy2d.stride(0), dtype_code(x), dtype_code(w),
                            dtype_code(dy2d), alignment(x2d), alignment(w), alignment(dy2d),
                            alignment(rstd), x.get_device()}));

@@ -67,6 +67,8 @@ _LOADED = None
 #: An entry's tag -> the configurations its recording call launched (take_launch_configs).
 _CONFIGS: dict[int, dict] = {}
 _TAGS = itertools.count()
+#: How many set_aside blocks are open (MODULE stays None until the last one closes).
+_ASIDE = 0
 
 
 class Unsupported(Exception):
@@ -153,7 +155,8 @@ def turn_on() -> bool:
         return False
     global _LOADED
     module.set_backward_fallback(BACKWARD)
-    MODULE = _LOADED = module
+    _LOADED = module
+    MODULE = module if _ASIDE == 0 else None
     replays.forget()  # recorded before: recorded again, and registered, at their next call
     return True
 
@@ -166,13 +169,18 @@ def current() -> str:
 @contextlib.contextmanager
 def set_aside():
     """Inside the block Python's path serves every call (the C++ module kept, but not asked);
-    what Python records there is still registered, and served after the block."""
-    global MODULE
-    saved, MODULE = MODULE, None
+    what Python records there is still registered, and served after the block. Blocks nest; a
+    turn_on or turn_off inside one holds after it. (A backward of a graph built before the
+    block is still the C++ node's.)"""
+    global MODULE, _ASIDE
+    _ASIDE += 1
+    MODULE = None
     try:
         yield
     finally:
-        MODULE = saved
+        _ASIDE -= 1
+        if _ASIDE == 0:
+            MODULE = _LOADED
 
 
 def turn_off() -> None:
@@ -273,11 +281,11 @@ def launch_template(replay, args: tuple) -> tuple:
             kinds, slots, values)  # fmt: skip
 
 
-def _code(dtype: torch.dtype) -> int:
-    return _LOADED.dtype_code(torch.empty(0, dtype=dtype))
+def _code(module, dtype: torch.dtype) -> int:
+    return module.dtype_code(torch.empty(0, dtype=dtype))
 
 
-def forward_entry(key: tuple, launches: list, extra) -> tuple:
+def forward_entry(module, key: tuple, launches: list, extra) -> tuple:
     """(key fields, launches, partial rows) for a recorded forward (replays._forward_replay_key)."""
     (_, shape, strides, x_dtype, w_dtype, out_dtype, keep_rstd, x_align, w_align, is_cuda,
      device) = key  # fmt: skip
@@ -292,12 +300,13 @@ def forward_entry(key: tuple, launches: list, extra) -> tuple:
     args = _single_tile_forward_args(x, _Tensor(1), y, rstd, x, x, (stride, n, stride, stride),
                                      EPS, OFFSET)  # fmt: skip
     (replay,) = launches
-    fields = [1, m, n, stride, _code(x_dtype), _code(w_dtype), _code(out_dtype), int(keep_rstd),
+    fields = [1, m, n, stride, _code(module, x_dtype), _code(module, w_dtype),
+              _code(module, out_dtype), int(keep_rstd),
               x_align, w_align, device]  # fmt: skip
     return fields, [launch_template(replay, args)], 0
 
 
-def backward_entry(key: tuple, launches: list, extra) -> tuple:
+def backward_entry(module, key: tuple, launches: list, extra) -> tuple:
     """(key fields, launches, partial rows) for a recorded backward (replays._backward_replay_key)."""
     (_, shape, strides, dy_stride, x_dtype, w_dtype, dy_dtype, rstd_dtype, dh, x_align, w_align,
      dy_align, rstd_align, is_cuda, device) = key  # fmt: skip
@@ -310,7 +319,8 @@ def backward_entry(key: tuple, launches: list, extra) -> tuple:
     dy, x = _Tensor(0, (m, n), (dy_stride, 1)), _Tensor(1, (m, n), (strides[0], 1))
     w, rstd, dx = _Tensor(2), _Tensor(3), _Tensor(4, (m, n), (n, 1))
     partials, dw = _Tensor(5, (programs, n), (n, 1)), _Tensor(6)
-    fields = [2, m, n, strides[0], dy_stride, _code(x_dtype), _code(w_dtype), _code(dy_dtype),
+    fields = [2, m, n, strides[0], dy_stride, _code(module, x_dtype), _code(module, w_dtype),
+              _code(module, dy_dtype),
               x_align, w_align, dy_align, rstd_align, device]  # fmt: skip
     if launches[0].kernel is kernels.rmsnorm_bwd_two_role_kernel:
         (two_role,) = launches
@@ -331,10 +341,10 @@ def register(key: tuple, launches: list, configs: dict, extra) -> None:
         return  # off, or a kernel test's tagged replay
     entry_of = forward_entry if key[0] == "fwd" else backward_entry
     try:
-        fields, templates, partial_rows = entry_of(key, launches, extra)
+        fields, templates, partial_rows = entry_of(module, key, launches, extra)
         tag = next(_TAGS)
-        _CONFIGS[tag] = configs
         module.add(fields, templates, partial_rows, tag)
+        _CONFIGS[tag] = configs
     except Unsupported:
         return
     except Exception as error:  # never the call's failure: its kernels ran; Python replays it
