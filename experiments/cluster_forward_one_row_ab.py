@@ -12,7 +12,8 @@ cluster, x and w in registers). It was measured at 64-1024 rows of 131072-262144
 it ran 1.064x the product at 64x131072 (`2026-11-30-aca54a9df4b3-cluster-forward-ab-*`). Here it
 is timed at the decode and models widths with few rows, beside:
 - the product's default call (launch.rmsnorm_forward: its table, launched with PDL);
-- the registry's leading peers there (cuDNN, FlashInfer with and without PDL, QuACK).
+- the registry's leading peers (forward_mid_m_gap.py's: FlashInfer with and without PDL, cuDNN,
+  QuACK, Liger and its CuTe DSL backend, torch.compile).
 
 All of them use the tuner's timer, in one process (best of two interleaved passes).
 
@@ -20,8 +21,8 @@ The cluster kernel is launched without PDL. Against the product's PDL launch tha
 ~0.4 µs at these sizes (perf log, twenty-fifth session), so a cluster time under the product's
 is a lower bound on the gain.
 
-Checked first: y against the fp64 reference (elements more than 1 ulp off) and rstd (largest
-relative difference), at each shape.
+Checked first, at each shape (cluster_forward_ab.py's check): y against the fp64 reference
+(elements more than 1 ulp off) and rstd (largest relative difference).
 
 Prediction: the cluster kernel at 1.5-1.8 µs at 1x16384 (cuDNN's pace), 1.2-1.4x the product
 there; no gain at 4096 columns, where one program already moves the row in about the launch
@@ -37,9 +38,9 @@ import sys
 
 import torch
 from ab_timing import time_runs
-from cluster_forward_ab import rmsnorm_cluster_fwd
+from cluster_forward_ab import _check, _cluster_forward
+from forward_mid_m_gap import _peer_runs
 
-from impls import get_backend
 from impls.triton_rmsnorm import launch, tuning
 
 EPS = 1e-6
@@ -47,49 +48,6 @@ EPS = 1e-6
 #: layout's 256 x warps columns.
 SHAPES = [(1, 2048, 1), (1, 4096, 2), (1, 8192, 4), (1, 16384, 4), (1, 16384, 8), (4, 16384, 4),
           (16, 16384, 4)]  # fmt: skip
-PEERS = ("cudnn", "flashinfer", "flashinfer-nopdl", "quack")
-
-
-def _cluster_forward(x, w, mode: int, warps: int):
-    m, n = x.shape
-    y = torch.empty_like(x)
-    rstd = torch.empty(m, device=x.device, dtype=torch.float32)
-    scratch = torch.empty(m * 8, device=x.device, dtype=torch.float32)
-    rmsnorm_cluster_fwd[(m,)](x, w, y, rstd, scratch, EPS, N=n, CLUSTER=8, MODE=mode,
-                              num_warps=warps, num_ctas=8)  # fmt: skip
-    return y, rstd
-
-
-def _check(mode: int, m: int, n: int, warps: int) -> dict:
-    torch.manual_seed(m + n)
-    x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16) * 3
-    w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    y, rstd = _cluster_forward(x, w, mode, warps)
-    torch.cuda.synchronize()
-    x64 = x.double()
-    ref_rstd = torch.rsqrt(x64.pow(2).mean(-1) + EPS)
-    ref_y = (x64 * ref_rstd[:, None] * w.double()).float().to(torch.bfloat16)
-    ulp = (ref_y.float().abs().clamp_min(1e-30).log2().floor() - 7).exp2()
-    off = ((y.float() - ref_y.float()).abs() > ulp).sum().item()
-    rel = ((rstd.double() - ref_rstd).abs() / ref_rstd).max().item()
-    return {"y_off_by_more_than_1ulp": off, "rstd_max_rel": rel}
-
-
-def _peer_runs(x, w) -> dict:
-    runs = {}
-    for name in PEERS:
-        try:
-            backend = get_backend(name)
-            reason = backend.skip_reason(tuple(x.shape), x.dtype, "cuda")
-            if reason is not None:
-                print(name, reason[:160], flush=True)
-                continue
-            fn = backend.build()
-            fn(x, w, EPS)  # compile / JIT outside the timing
-            runs[name] = lambda a, fn=fn: fn(a[0], a[1], EPS)
-        except Exception as error:
-            print(name, type(error).__name__, str(error)[:160], flush=True)
-    return runs
 
 
 def main(mode: int, out_path: str) -> None:
