@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import inspect
 import shutil
+import threading
+import time
 import types
 import warnings
 
@@ -256,6 +258,32 @@ def test_recording_a_replay_registers_it_and_a_table_change_forgets(fake_module,
 
 
 @cpu_calls
+def test_a_table_change_during_a_registration_forgets_it_after(monkeypatch):
+    """Another thread changes the tables (dispatch.GENERATION moves, then forget) while a
+    recording registers: its forget waits for the registration, so no stale entry is left."""
+    order, changer = [], []
+    generation = dispatch.GENERATION[0]
+
+    def registering(key, *_):
+        if key[0] != "fwd" or changer:
+            return
+        changer.append(threading.Thread(target=dispatch.reload))
+        changer[0].start()
+        deadline = time.monotonic() + 10
+        while dispatch.GENERATION[0] == generation and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(0.2)  # the changer's forget, unless it waits, runs now
+        order.append("registered")
+
+    monkeypatch.setattr(replays, "ON_RECORD", [registering])
+    monkeypatch.setattr(replays, "ON_FORGET", [lambda: order.append("forgotten")])
+    _recorded_call(8, 256, grad=False)
+    changer[0].join(timeout=10)
+    assert order == ["forgotten", "registered", "forgotten"]  # _recorded_call forgets first
+    assert replays.recorded() == {}
+
+
+@cpu_calls
 def test_a_failing_registration_warns_once_and_never_fails_the_call(fake_module, monkeypatch):
     def broken(fields, templates, partial_rows, tag):
         raise TypeError("a cast the module refused")
@@ -325,8 +353,80 @@ def test_turning_on_without_a_gpu_or_a_build_warns_and_stays_off(monkeypatch, tm
     assert host_path.MODULE is None
     reason = host_path.unavailable_reason()
     assert reason is not None
-    if not ON_GPU:
-        assert reason == "no CUDA device"
+    if not ON_GPU:  # the CPU tests run the kernels through the interpreter
+        assert reason.startswith("TRITON_INTERPRET=1")
+
+
+def test_a_bad_setting_names_the_variable_and_what_it_takes(monkeypatch):
+    monkeypatch.setenv(host_path.ENV, "on")
+    with pytest.raises(ValueError, match="RMSNORM_TRITON_HOST: expected 'cpp', 'python' or unset"):
+        host_path.turn_on_as_set()
+
+
+def _as_if_built_here(monkeypatch, tmp_path):
+    """A host where the module is built for this torch and source, under a Triton the path
+    knows, outside the interpreter; loading it gives a stand-in module; any CUDA call fails."""
+    monkeypatch.setenv("RMSNORM_TRITON_HOST_DIR", str(tmp_path))
+    host_path.built_path().parent.mkdir(parents=True)
+    host_path.built_path().write_bytes(b"")
+    monkeypatch.setattr(host_path.triton, "__version__", host_path.TRITON_VERSIONS[0] + ".0")
+    monkeypatch.setattr(host_path.common, "interpreting", lambda: False)
+    module = _Module()
+    module.set_backward_fallback = lambda fallback: None
+    monkeypatch.setattr(host_path, "load_built", lambda: module)
+
+    def no_cuda():
+        raise AssertionError("a CUDA call at import")
+
+    monkeypatch.setattr(torch.cuda, "is_available", no_cuda)
+    monkeypatch.setattr(host_path, "MODULE", None)
+    monkeypatch.setattr(host_path, "_LOADED", None)
+    return module
+
+
+def test_unset_turns_the_path_on_where_built_without_a_cuda_call(monkeypatch, tmp_path):
+    module = _as_if_built_here(monkeypatch, tmp_path)
+    monkeypatch.delenv(host_path.ENV, raising=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert host_path.turn_on_as_set() is True
+    assert host_path.MODULE is module and host_path.current() == "cpp"
+
+
+def test_python_keeps_the_built_path_off(monkeypatch, tmp_path):
+    _as_if_built_here(monkeypatch, tmp_path)
+    monkeypatch.setenv(host_path.ENV, "python")
+    assert host_path.turn_on_as_set() is False
+    assert host_path.MODULE is None and host_path.current() == "python"
+
+
+@pytest.mark.parametrize("missing", ["build", "triton", "interpreter"])
+def test_unset_stays_off_silently_where_not_built_or_not_known(monkeypatch, tmp_path, missing):
+    _as_if_built_here(monkeypatch, tmp_path)
+    monkeypatch.delenv(host_path.ENV, raising=False)
+    if missing == "build":
+        host_path.built_path().unlink()
+    elif missing == "triton":
+        monkeypatch.setattr(host_path.triton, "__version__", "3.5.1")
+    else:
+        monkeypatch.setattr(host_path.common, "interpreting", lambda: True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert host_path.turn_on_as_set() is False
+    assert host_path.MODULE is None
+    assert host_path.unavailable_reason(check_device=False) is not None
+
+
+def test_cpp_warns_where_the_path_cannot_be_on(monkeypatch, tmp_path):
+    _as_if_built_here(monkeypatch, tmp_path)
+    host_path.built_path().unlink()
+    monkeypatch.setenv(host_path.ENV, "cpp")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.warns(
+        UserWarning, match="RMSNORM_TRITON_HOST=cpp: the C\\+\\+ host path is off \\(not built"
+    ):
+        assert host_path.turn_on_as_set() is False
+    assert host_path.MODULE is None
 
 
 _CAN_BUILD = shutil.which("c++") is not None and is_ninja_available()

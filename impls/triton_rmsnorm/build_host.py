@@ -1,6 +1,6 @@
 """python -m impls.triton_rmsnorm.build_host: build the C++ host path (host_path.py) once for
 this torch, Python and source, into $RMSNORM_TRITON_HOST_DIR or ~/.cache/rmsnorm-triton/host/.
-Then RMSNORM_TRITON_HOST=cpp serves calls with it."""
+Then importing the package turns the path on (RMSNORM_TRITON_HOST=python keeps it off)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="show the compiler's commands")
     args = parser.parse_args(argv)
     path = host_path.build(verbose=args.verbose)
-    print(f"built {path}; set {host_path.ENV}=cpp to serve calls with it")
+    print(
+        f"built {path}; a process importing impls.triton_rmsnorm now serves calls with it "
+        f"({host_path.ENV}=python keeps it off)"
+    )
     return 0
 
 

@@ -414,5 +414,4 @@ def _host_backward(dy2d, x2d, weight, rstd, offset: float, rows_need_grad: bool)
 
 
 host_path.BACKWARD = _host_backward
-if host_path.requested():
-    host_path.turn_on()
+host_path.turn_on_as_set()

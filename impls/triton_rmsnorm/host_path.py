@@ -1,4 +1,4 @@
-"""The C++ host path: calls that Python's replays would repeat, served from C++ (opt-in).
+"""The C++ host path: calls that Python's replays would repeat, served from C++ (where built).
 
 Why: a replayed call still pays a Python autograd.Function, Triton's launcher and Python-level
 allocations, more host time than torch's own op; the same launches from C++ cost less than it
@@ -19,14 +19,15 @@ check of each launch against Triton's own choice (the C++ key holds the replay k
 and launch.take_launch_configs reports, for calls served here, the configurations their entries'
 recording calls launched (the latest forward and backward entry served since the last take).
 
-Opt-in, and built once per torch version and source (the build takes ~40 s: a C++ compiler,
-torch's headers and the CUDA headers Triton bundles; nvcc is not needed):
+Built once per torch version and source (the build takes ~40 s: a C++ compiler, torch's
+headers and the CUDA headers Triton bundles; nvcc is not needed):
     python -m impls.triton_rmsnorm.build_host
-then RMSNORM_TRITON_HOST=cpp (read when function.py is imported) loads it. The build goes to
-$RMSNORM_TRITON_HOST_DIR or ~/.cache/rmsnorm-triton/host/. Without a build the variable
-warns once and Python's path serves every call; nothing is built at a call. Launch parameters
-are packed as Triton's launcher packs them, which this module knows for TRITON_VERSIONS only;
-with another Triton the path stays off (a warning says so).
+The build goes to $RMSNORM_TRITON_HOST_DIR or ~/.cache/rmsnorm-triton/host/. Where it is built
+for this torch, source and a Triton in TRITON_VERSIONS, importing the package turns the path on
+(it checks files only: no CUDA call at import); nothing is built at a call. RMSNORM_TRITON_HOST,
+read at import, overrides that: "python" keeps the path off, "cpp" asks for it and warns once
+where it cannot be on. Launch parameters are packed as Triton's launcher packs them, which this
+module knows for TRITON_VERSIONS only; with another Triton the path stays off.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from pathlib import Path
 import torch
 import triton
 
-from . import kernel_launch, kernels, replays
+from . import common, kernel_launch, kernels, replays
 from .backward_launch import _single_tile_backward_args, _two_role_backward_args
 from .forward_launch import _single_tile_forward_args
 
@@ -125,9 +126,12 @@ def load_built():
     return module
 
 
-def unavailable_reason() -> str | None:
-    """Why the path cannot be turned on here, or None."""
-    if not torch.cuda.is_available():
+def unavailable_reason(check_device: bool = True) -> str | None:
+    """Why the path cannot be turned on here, or None (check_device=False: files and versions
+    only, no CUDA call)."""
+    if common.interpreting():
+        return "TRITON_INTERPRET=1: the kernels run through Triton's interpreter"
+    if check_device and not torch.cuda.is_available():
         return "no CUDA device"
     version = ".".join(triton.__version__.split(".")[:2])
     if version not in TRITON_VERSIONS:
@@ -138,20 +142,22 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def turn_on() -> bool:
-    """Load the built module and serve calls with it; False (and a warning) where it cannot."""
+def turn_on(quiet: bool = False, check_device: bool = True) -> bool:
+    """Load the built module and serve calls with it; False (and a warning, unless quiet) where
+    it cannot."""
     global MODULE
     if BACKWARD is None:
         raise RuntimeError("host_path.turn_on: import impls.triton_rmsnorm first (function.py "
                            "gives the path its Python backward)")  # fmt: skip
-    reason = unavailable_reason()
+    reason = unavailable_reason(check_device)
     if reason is None:
         try:
             module = load_built()
         except (ImportError, OSError) as error:
             reason = f"the built module does not load: {error}"
     if reason is not None:
-        warnings.warn(f"{ENV}=cpp: the C++ host path is off ({reason})", stacklevel=2)
+        if not quiet:
+            warnings.warn(f"{ENV}=cpp: the C++ host path is off ({reason})", stacklevel=2)
         return False
     global _LOADED
     module.set_backward_fallback(BACKWARD)
@@ -379,9 +385,21 @@ replays.ON_FORGET.append(forget)
 kernel_launch.LAUNCHED_ELSEWHERE.append(launched_configs)
 
 
-def requested() -> bool:
-    """RMSNORM_TRITON_HOST=cpp (function.py turns the path on at import where it is)."""
+def setting() -> str:
+    """RMSNORM_TRITON_HOST: "cpp", "python", or "" (unset: on where built)."""
     value = os.environ.get(ENV, "")
     if value not in ("", "python", "cpp"):
-        raise ValueError(f"{ENV}: expected 'cpp' or 'python', got {value!r}")
-    return value == "cpp"
+        raise ValueError(f"{ENV}: expected 'cpp', 'python' or unset, got {value!r}")
+    return value
+
+
+def turn_on_as_set() -> bool:
+    """At import (function.py): on where built unless RMSNORM_TRITON_HOST=python; with
+    RMSNORM_TRITON_HOST=cpp a warning says why where it cannot be. Unset, only files and
+    versions are checked (no CUDA call: a process that never touches CUDA stays so)."""
+    value = setting()
+    if value == "python":
+        return False
+    if value == "cpp":
+        return turn_on()
+    return turn_on(quiet=True, check_device=False)

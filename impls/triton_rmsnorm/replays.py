@@ -42,15 +42,20 @@ ON_FORGET: list = []
 #: path above). Under the interpreter a replay relaunches through Triton's path (there is no
 #: compiled kernel): the CPU tests cover replays' keys, arguments and allocations that way.
 _REPLAYABLE = os.environ.get("RMSNORM_TRITON_REPLAY", "1") != "0"
+#: Held while a replay is stored and its ON_RECORD listeners run, and while the replays are
+#: forgotten: a table change on another thread (dispatch.GENERATION moves, then forget) either
+#: comes before a recording's generation check, which then drops it, or forgets it after.
+_STORE_LOCK = threading.RLock()
 
 
 def forget() -> None:
     """Forget every recorded replay (and, through ON_FORGET, the C++ host path's entries).
     Replays hold the tables' choices of their time: forgotten when the tables change; tests
     start with none."""
-    _REPLAYS.clear()
-    for listener in ON_FORGET:
-        listener()
+    with _STORE_LOCK:
+        _REPLAYS.clear()
+        for listener in ON_FORGET:
+            listener()
 
 
 def recorded() -> dict:
@@ -103,9 +108,12 @@ def _record(key: tuple, call, args: tuple, launches: tuple, extra=None) -> None:
     if len(replays) not in launches or None in replays:
         return
     configs = {launch[0].fn.__name__: launch[5] for launch in recorded if launch[5] is not None}
-    _REPLAYS[key] = (replays, configs, extra)
-    for listener in ON_RECORD:
-        listener(key, replays, configs, extra)
+    with _STORE_LOCK:
+        if dispatch.GENERATION[0] != generation:
+            return  # the tables changed on another thread since the call
+        _REPLAYS[key] = (replays, configs, extra)
+        for listener in ON_RECORD:
+            listener(key, replays, configs, extra)
 
 
 def _forward_replay_key(x, weight, out_dtype, keep_rstd: bool = True) -> tuple:
