@@ -442,6 +442,10 @@ def built_module():
 
 
 def test_built_module_keeps_entries_and_serves_no_cpu_call(built_module):
+    # On a GPU the module may be the one the package turned on at import (one per process), and
+    # the process's earlier calls were served by it: count from here.
+    served = built_module.served()
+    built_module.take_latest()
     codes = {built_module.dtype_code(torch.empty(0, dtype=d))
              for d in (torch.float16, torch.bfloat16, torch.float32)}  # fmt: skip
     assert len(codes) == 3
@@ -462,7 +466,7 @@ def test_built_module_keeps_entries_and_serves_no_cpu_call(built_module):
         built_module.add([1], [(0xABC, 4, 128, 0, False, 2, "pe", [4, 0], [0, 0])], 0, 7)
     with pytest.raises(RuntimeError, match="starts with 1"):
         built_module.add([3], [template], 0, 7)
-    assert built_module.served() == (0, 0)
+    assert built_module.served() == served
     assert built_module.take_latest() == (-1, -1)  # nothing served
 
 
