@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from harness import results, traffic
+from harness import fp8_ranking, results, traffic
 from harness.inputs import DEFAULT_EPS, make_inputs
 from harness.oracle_fp8 import check_fp8
 from harness.shapes import PRESETS, parse_shape
@@ -143,7 +143,8 @@ def _case_rows(backend, fn, case, shape, dtype, fp8_dtype, sets, scale, modes, e
 
 
 def _plain_rows(shape, dtype, sets, eps):
-    """Our plain forward (y in x's dtype) and a same-shape copy: the 1.1x bar and the ceiling."""
+    """Our plain forward (y in x's dtype; with the residual add too where the sets have one)
+    and a same-shape copy: the 1.1x bar and the ceiling."""
     from harness.ceiling import triton_copy
     from impls.triton_rmsnorm import rmsnorm
 
@@ -154,6 +155,11 @@ def _plain_rows(shape, dtype, sets, eps):
     nbytes = traffic.counted_bytes("fwd", m, n, dtype.itemsize)
     yield {**base, "backend": "triton", "status": "ok", "ms": t.ms, "bytes": nbytes,
            "gbps": traffic.gbps(nbytes, t.ms)}  # fmt: skip
+    if sets[0].residual is not None:  # the +res cases' bar: the plain forward with the add
+        t = _time([lambda s=s: rmsnorm(s.x, s.weight, eps, residual=s.residual) for s in sets])
+        nbytes = traffic.counted_bytes("fwd", m, n, dtype.itemsize, "add_rmsnorm")
+        yield {**base, "backend": "triton-add", "status": "ok", "ms": t.ms, "bytes": nbytes,
+               "gbps": traffic.gbps(nbytes, t.ms)}  # fmt: skip
     outs = [torch.empty_like(s.x) for s in sets]
     t = _time([lambda s=s, o=o: triton_copy(s.x, o) for s, o in zip(sets, outs, strict=True)])
     nbytes = traffic.copy_bytes(m, n, dtype.itemsize)
@@ -184,6 +190,8 @@ def main(argv=None) -> int:
         help="start no new shape after this many seconds (rows say so)",
     )
     p.add_argument("--out", type=Path, default=None, help="JSON-lines results file")
+    p.add_argument("--from", dest="from_file", type=Path, default=None, metavar="FILE",
+                   help="rank a stored run (harness.fp8_ranking's table) without measuring")  # fmt: skip
     p.add_argument(
         "--resume",
         type=Path,
@@ -194,11 +202,17 @@ def main(argv=None) -> int:
         "versions required)",
     )
     args = p.parse_args(argv)
+    if args.from_file is not None:
+        return _rank_stored(p, args.from_file)
     kept, done = [], set()
     if args.resume is not None:
         if args.out is not None or _argv_sets_options(argv):
-            p.error("argument --resume: the run's options come from its file; give it alone")
+            p.error("argument --resume: the run's options come from its file; give it alone "
+                    "(or with --budget-s, this call's own budget)")  # fmt: skip
+        budget = args.budget_s
         kept, done, args = _resume(p, args)
+        if budget is not None:
+            args.budget_s = budget
     elif args.out is None:
         p.error("argument --out is required (or --resume FILE)")
     started = time.perf_counter()
@@ -212,7 +226,8 @@ def main(argv=None) -> int:
     from harness import provenance
 
     info = {"case": "provenance", "status": "info", **provenance.collect(),
-            "flashinfer": provenance._version("flashinfer-python"), "config": _config(args)}  # fmt: skip
+            "flashinfer": provenance._version("flashinfer-python"), "fp8_table": _fp8_table(),
+            "config": _config(args)}  # fmt: skip
     if args.resume is not None:
         _check_same_run(p, kept[0], info)
         kept[0] = {**kept[0], "resumed": [*kept[0].get("resumed", []), info["date"]]}
@@ -290,7 +305,36 @@ def main(argv=None) -> int:
             torch.cuda.empty_cache() if torch.cuda.is_available() else None
             emit({"case": "shape-done", "status": "info", "shape": f"{shape[0]}x{shape[1]}"})
     _print_table(rows)
+    print()
+    print(fp8_ranking.table(rows))
     return 0
+
+
+def _rank_stored(parser, path: Path) -> int:
+    try:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, json.JSONDecodeError) as exc:
+        parser.error(f"argument --from: {path}: not a fp8_bench results file ({exc})")
+    if not rows or rows[0].get("case") != "provenance":
+        parser.error(f"argument --from: {path}: not a fp8_bench results file (no provenance)")
+    head = rows[0]
+    print(f"{path}: commit {head.get('commit')}, {head.get('gpu')}, {head.get('date')}")
+    print(fp8_ranking.table(rows))
+    return 0
+
+
+def _fp8_table() -> dict | None:
+    """The fp8 launch table our op read in this run: its file and sha256 (None: no table)."""
+    import hashlib
+
+    if not torch.cuda.is_available():
+        return None
+    from impls.triton_rmsnorm import common, fp8_table
+
+    path = fp8_table.committed_path(common.gpu_name(torch.cuda.current_device()))
+    if not path.exists():
+        return None
+    return {"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()[:16]}
 
 
 #: The options a run records ("config" in its provenance) and --resume takes back.
@@ -305,7 +349,7 @@ def _config(args) -> dict:
 def _argv_sets_options(argv) -> bool:
     """Whether the command line gives an option beside --resume."""
     argv = sys.argv[1:] if argv is None else argv
-    return any(a.startswith("--") and a != "--resume" for a in argv)
+    return any(a.startswith("--") and a not in ("--resume", "--budget-s") for a in argv)
 
 
 def _resume(parser, args):
@@ -333,6 +377,9 @@ def _check_same_run(parser, stored: dict, info: dict) -> None:
     from harness.provenance import run_differences
 
     what = run_differences(stored, info)  # flashinfer's version is among the versions
+    if stored.get("fp8_table") != info.get("fp8_table"):
+        what = ", ".join(filter(None, [what, f"fp8_table {stored.get('fp8_table')!r} there, "
+                                             f"{info.get('fp8_table')!r} here"]))  # fmt: skip
     if what:
         parser.error(f"argument --resume: not the same run ({what}); start a new one")
 
@@ -349,7 +396,9 @@ def _print_table(rows):
                   f"{r['status']}: {r.get('reason') or r.get('oracle', '')} | | | | |")  # fmt: skip
             continue
         copy = plain.get((r["shape"], "copy"))
-        fwd = plain.get((r["shape"], "triton"))
+        fwd = (
+            plain.get((r["shape"], "triton-add")) if r["case"].endswith("+res") else None
+        ) or plain.get((r["shape"], "triton"))
         pct = f"{100 * r['gbps'] / copy['gbps']:.0f}" if copy else ""
         ratio = f"{r['ms'] / fwd['ms']:.2f}" if fwd and r["mode"] == "fwd" else ""
         verdict = "ok" if r.get("oracle_passed") else f"FAIL {r.get('oracle', '')}"

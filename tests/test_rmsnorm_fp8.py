@@ -495,6 +495,8 @@ def test_bench_resumes_a_run_cut_short(tmp_path):
     )  # each once: the cut shape's first case was dropped and measured again
     assert rows[0]["case"] == "provenance" and len(rows[0]["resumed"]) == 1
     assert {r["shape"] for r in rows if r.get("case") == "shape-done"} == {"16x256", "8x512"}
+    assert main(["--resume", str(out), "--budget-s", "60"]) == 0  # this call's own budget
+    assert [json.loads(line) for line in out.read_text().splitlines()][1:] == rows[1:]
     with pytest.raises(SystemExit):
         main(["--resume", str(out), "--dtype", "fp16"])
     other = tmp_path / "other.jsonl"
