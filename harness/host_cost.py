@@ -1,8 +1,9 @@
 """python -m harness.host_cost: our op's host cost a call against torch.nn.functional.rms_norm's,
 over a grid of shapes, as issue 30's item 5 sets its bars.
 
-Two calls per backend and case, each timed by costs.host_us_busy (calls queued behind a long GPU
-sleep, so the host clock measures only the host: Python, checks, autograd, launches):
+Two calls per backend and case, each sampled by costs.host_us_busy (calls queued behind a long GPU
+sleep, so the host clock measures only the host: Python, checks, autograd, launches), ours and
+torch's in turn within each round, so that the ratio is one of samples taken back to back:
 - ``nograd``: the forward under torch.no_grad (inference);
 - ``fwd_bwd``: the forward with inputs that need grad, then torch.autograd.grad of (x, w) with
   a given dy (a training step's share, without gradient accumulation).
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -60,32 +62,48 @@ def verdict(mode: str, ratio: float | None) -> bool | None:
     return ratio <= (NOGRAD_BAR if mode == "nograd" else FWD_BWD_BAR)
 
 
-def _timed(fn, x, w, dy, host_us) -> dict:
+def _sample_rounds(contenders: list, host_us, rounds: int) -> tuple[dict, dict]:
+    """Interleaved samples: in each of `rounds` rounds, one host_us(call) sample of every
+    contender in turn (label, call, context to take it in), so that host speed drifting during
+    a case falls on all of them alike. (label -> samples, label -> error text); a contender that
+    fails is left out of the later rounds (the run goes on)."""
     from harness.calls import error_text
 
-    try:
-        return {mode: host_us(call) for mode, call in calls(fn, x, w, dy, 1e-6).items()}
-    except Exception as exc:  # one failing backend never ends the run
-        return {"error": error_text(exc)}
+    samples = {label: [] for label, _call, _context in contenders}
+    errors = {}
+    for _ in range(rounds):
+        for label, call, context in contenders:
+            if label in errors:
+                continue
+            try:
+                with context():
+                    samples[label].append(host_us(call))
+            except Exception as exc:  # one failing backend never ends the run
+                errors[label] = error_text(exc)
+    return samples, errors
 
 
 def measure(ns, ms, dtypes, host_us=None, device: str = "cuda", on_case=None,
-            host_paths: tuple | None = None) -> list[dict]:  # fmt: skip
-    """One row per (dtype, N, M, host path, mode): ours' host µs under that host path, torch's,
-    ours / torch and the verdict. A backend that fails at a case leaves its figure None with the
-    error (the run goes on). host_us(call) -> µs (default costs.host_us_busy's median); tests
-    pass a fake and the CPU. on_case(rows): called after each case with the rows so far (main
-    saves them). host_paths: of HOST_PATHS (default: the process's own); "cpp" needs the C++
-    host path on (host_path.turn_on)."""
-    from harness.costs import host_us_busy
+            host_paths: tuple | None = None, rounds: int | None = None) -> list[dict]:  # fmt: skip
+    """One row per (dtype, N, M, host path, mode): ours' host µs under that host path, torch's
+    (medians of `rounds` samples, default costs.REPEATS), ours / torch (the median of the
+    rounds' ratios: each round samples ours and torch back to back) and the verdict. A backend
+    that fails at a case leaves its figure None with the error (the run goes on).
+    host_us(call) -> µs of one sample (default: costs.host_us_busy with one repeat); tests pass
+    a fake and the CPU. on_case(rows): called after each case with the rows so far (main saves
+    them). host_paths: of HOST_PATHS (default: the process's own); "cpp" needs the C++ host path
+    on (host_path.turn_on); in each round it is sampled first (see HOST_PATHS)."""
+    from harness import costs
     from impls import get_backend
     from impls.triton_rmsnorm import host_path
 
-    host_us = host_us or (lambda call: host_us_busy(call)["host_us"])
+    host_us = host_us or (lambda call: costs.host_us_busy(call, repeats=1)["host_us"])
+    rounds = rounds or costs.REPEATS
     host_paths = tuple(p for p in HOST_PATHS if p in (host_paths or (host_path.current(),)))
     if "cpp" in host_paths and host_path.current() != "cpp":
         raise RuntimeError("host_cost: the C++ host path is not on (host_path.turn_on())")
     ours, reference = (get_backend(name).build() for name in BACKENDS)
+    ours_name, torch_name = BACKENDS
     rows = []
     for dtype_name in dtypes:
         dtype = DTYPES[dtype_name]
@@ -95,22 +113,32 @@ def measure(ns, ms, dtypes, host_us=None, device: str = "cuda", on_case=None,
                 x = torch.randn(m, n, generator=gen).to(device, dtype)
                 w = (1 + 0.1 * torch.randn(n, generator=gen)).to(device, dtype)
                 dy = torch.randn(m, n, generator=gen).to(device, dtype)
-                ours_figures = {}
+                ours_calls = calls(ours, x, w, dy, 1e-6)
+                torch_calls = calls(reference, x, w, dy, 1e-6)
+                per_path = {path: [] for path in host_paths}
+                for mode in ("nograd", "fwd_bwd"):
+                    contenders = [(path, ours_calls[mode], contextlib.nullcontext if path == "cpp"
+                                   else host_path.set_aside) for path in host_paths]  # fmt: skip
+                    contenders.append(("torch", torch_calls[mode], contextlib.nullcontext))
+                    samples, failed = _sample_rounds(contenders, host_us, rounds)
+                    for path in host_paths:
+                        errors = {name: failed[label] for name, label in
+                                  ((ours_name, path), (torch_name, "torch")) if label in failed}  # fmt: skip
+                        mine = None if path in failed else statistics.median(samples[path])
+                        ref = None if "torch" in failed else statistics.median(samples["torch"])
+                        ratios = ([a / b for a, b in zip(samples[path], samples["torch"],
+                                                         strict=True)]
+                                  if mine and ref else [])  # fmt: skip
+                        ratio = statistics.median(ratios) if ratios else None
+                        per_path[path].append({
+                            "dtype": dtype_name, "n": n, "m": m, "mode": mode, "host_path": path,
+                            "ours_us": mine, "torch_us": ref, "ratio": ratio,
+                            "round_ratios": [round(r, 3) for r in ratios],
+                            "met": verdict(mode, ratio), "errors": errors})  # fmt: skip
                 for path in host_paths:
-                    with contextlib.nullcontext() if path == "cpp" else host_path.set_aside():
-                        ours_figures[path] = _timed(ours, x, w, dy, host_us)
-                torch_figures = _timed(reference, x, w, dy, host_us)
-                for path, figures in ours_figures.items():
-                    errors = {b: f["error"] for b, f in zip(BACKENDS, (figures, torch_figures),
-                                                            strict=True) if "error" in f}  # fmt: skip
-                    for mode in ("nograd", "fwd_bwd"):
-                        mine, ref = figures.get(mode), torch_figures.get(mode)
-                        ratio = mine / ref if mine and ref else None
-                        rows.append({"dtype": dtype_name, "n": n, "m": m, "mode": mode,
-                                     "host_path": path, "ours_us": mine, "torch_us": ref,
-                                     "ratio": ratio, "met": verdict(mode, ratio),
-                                     "errors": errors})  # fmt: skip
-                        print(_line(rows[-1]), flush=True)
+                    for row in per_path[path]:
+                        rows.append(row)
+                        print(_line(row), flush=True)
                 if on_case is not None:
                     on_case(rows)
     return rows

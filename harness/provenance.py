@@ -42,6 +42,7 @@ SAME_RUN = (
     "cuda",
     "triton_autotune",
     "triton_host_path",
+    "dispatch_table",  # a table changed between the parts of a run would mix two dispatches
 )
 
 
