@@ -48,7 +48,8 @@ def compile_case(case: dict):
                   "ROWS_CONTIGUOUS": True,
                   "RECIPROCAL": case.get("reciprocal", False),
                   "W_EARLY": case.get("w_early", False),
-                  "WAIT_FOR_PRIOR_GRID": case.get("wait", False)}  # fmt: skip
+                  "WAIT_FOR_PRIOR_GRID": case.get("wait", False),
+                  "SATURATE": case.get("saturate", True)}  # fmt: skip
     return sm90_compile.compile_sm90(kernel, pointers, constexprs, options)
 
 
@@ -65,6 +66,9 @@ def main(cases: list[dict]) -> list[dict]:
             "div.rn": len(re.findall(r"div\.rn\.f32", ptx)),
             "global stores": len(re.findall(r"st\.global", ptx)),
             "shared bytes": compiled.metadata.shared,
+            "instructions": len(re.findall(r"^\s+[a-z][\w.]*\s", ptx, flags=re.M)),
+            "setp": len(re.findall(r"\bsetp\.", ptx)),
+            "selp": len(re.findall(r"\bselp\.", ptx)),
             **sm90_compile.wait_report(ptx),
         })  # fmt: skip
     return report

@@ -423,6 +423,35 @@ def test_reciprocal_kernel_divides_once_a_scale_on_sm90():
             assert recip["div.rn"] < per_thread, (case, recip)
 
 
+def test_leaving_the_clamp_to_the_cast_keeps_its_conversions_and_drops_the_clamp():
+    """SATURATE=False, compiled for sm_90: the same saturating conversions (cvt.rn.satfinite,
+    one per two codes), and at least two compares and two selects an element fewer (the
+    explicit clamp's); the division count is the same."""
+    from tests import sm90_compile_fp8
+
+    cases = [{"scaling": s, "n": 4608, "warps": 8, "fp8": f, "x": "bf16", "residual": False,
+              "reciprocal": True, "saturate": sat}
+             for s in (0, 1, 2) for f in ("fp8e4nv", "fp8e5") for sat in (True, False)]  # fmt: skip
+    found = sm90_compile_fp8.run(cases)
+    per_thread = 8192 // (32 * 8)
+    for case, clamped, left in zip(cases[::2], found[::2], found[1::2], strict=True):
+        key = "cvt e4m3x2" if case["fp8"] == "fp8e4nv" else "cvt e5m2x2"
+        assert left[key] == clamped[key] == per_thread // 2, (case, left)
+        assert left["div.rn"] == clamped["div.rn"], (case, left)
+        assert clamped["setp"] - left["setp"] >= 2 * per_thread, (case, clamped, left)
+        assert clamped["selp"] - left["selp"] >= 2 * per_thread, (case, clamped, left)
+        assert left["instructions"] < clamped["instructions"], (case, left)
+
+
+def test_leaving_the_clamp_to_the_cast_needs_the_in_kernel_cast():
+    from impls.triton_rmsnorm.fp8 import rmsnorm_fp8_forward
+
+    inp = _inputs((4, 256), seed=3)
+    with pytest.raises(ValueError, match="clamp_before_cast=False needs the in-kernel cast"):
+        rmsnorm_fp8_forward(inp.x, inp.weight, EPS, 0.0, "per_token", None, E4,
+                            cast_in_kernel=False, clamp_before_cast=False)  # fmt: skip
+
+
 def test_looped_kernel_compiles_for_sm90_with_the_single_tiles_conversions():
     """The kernel for rows past the single tile, compiled for sm_90: one conversion per two
     codes of a step (FP8_LOOPED_CHUNK columns over FP8_LOOPED_WARPS warps), the per-token

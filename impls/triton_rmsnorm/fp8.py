@@ -109,6 +109,7 @@ def rmsnorm_fp8_forward(
     scale_layout: str = "column_major",
     cast_in_kernel: bool | None = None,
     reciprocal: bool = True,
+    clamp_before_cast: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
     """(q, scales, rstd, h) for a 2-D x [M, N] with a contiguous last dimension; scales is None
     per tensor (the caller has it), h None without a residual. Allocates q, the scales, rstd
@@ -117,13 +118,18 @@ def rmsnorm_fp8_forward(
     False stores the saturated fp32 values and converts them with torch (the GPU test compares
     the two bitwise). reciprocal (default): multiply by one correctly rounded 1 / scale per scale
     instead of dividing each element (fp8_kernels.rmsnorm_fp8_fwd_kernel's RECIPROCAL: faster, and
-    within the fp8 oracle; docs/perf-log.md); False divides exactly."""
+    within the fp8 oracle; docs/perf-log.md); False divides exactly. clamp_before_cast False
+    (single tile, in-kernel cast only) leaves the clamp to +-max to the conversion instruction
+    (fp8_kernels' SATURATE: cvt.rn.satfinite on sm_89 and later; an A/B knob until timed)."""
     launch._check_runnable(x)
     m, n = x.shape
     launch.check_hidden_size(n)
     interpreting = launch.interpreting()
     if cast_in_kernel is None:
         cast_in_kernel = not interpreting
+    if not clamp_before_cast and not cast_in_kernel:
+        raise ValueError("clamp_before_cast=False needs the in-kernel cast (cast_in_kernel): "
+                         "torch's conversion of the stored fp32 values does not saturate")  # fmt: skip
     q_dtype = fp8_dtype if cast_in_kernel else torch.float32
     q = torch.empty((m, n), dtype=q_dtype, device=x.device)
     rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
@@ -159,7 +165,7 @@ def rmsnorm_fp8_forward(
                 GROUPS=block_n // BLOCK_GROUP, BLOCK_M=block_m, BLOCK_N=block_n,
                 HAS_RESIDUAL=residual is not None, CAST_IN_KERNEL=cast_in_kernel,
                 ROWS_CONTIGUOUS=all(t.stride(0) == n for t in (x, q, r_arg, h_arg)),
-                RECIPROCAL=reciprocal,
+                RECIPROCAL=reciprocal, SATURATE=clamp_before_cast,
                 W_EARLY=common.loads_w_early(programs, x.device), **common.pdl_switches(x.device),
             )  # fmt: skip
     return _converted(q, fp8_dtype, cast_in_kernel), scales, rstd, h

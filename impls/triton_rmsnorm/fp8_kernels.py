@@ -80,6 +80,7 @@ def rmsnorm_fp8_fwd_kernel(
     RECIPROCAL: tl.constexpr = False,  # y * rn(1 / scale) instead of rn(y / scale) (see below)
     W_EARLY: tl.constexpr = False,  # load w with x: grids of at most one program an SM
     WAIT_FOR_PRIOR_GRID: tl.constexpr = False,  # launched with PDL: griddepcontrol.wait first
+    SATURATE: tl.constexpr = True,  # clamp to +-FP8_MAX before the cast (see below)
 ):
     """RECIPROCAL divides once per scale (a row, a block, the tensor) and multiplies each
     element: rn(y * rn(1 / s)) is within 2 roundings (2**-23 relative) of y / s, so a code can
@@ -89,7 +90,12 @@ def rmsnorm_fp8_fwd_kernel(
     overflows (s < 2**-126) is divided exactly, so that 0 / s stays 0 rather than 0 * inf.
 
     WAIT_FOR_PRIOR_GRID: as kernels.rmsnorm_fwd_kernel's (programmatic dependent launch: wait on
-    the kernel ahead before any load or store)."""
+    the kernel ahead before any load or store).
+
+    SATURATE False leaves the clamp to the cast: on sm_89 and later the fp32 -> fp8 conversion is
+    cvt.rn.satfinite, which clamps to +-FP8_MAX and keeps NaN, as the explicit clamp does (two
+    compares and two selects an element fewer). Only with CAST_IN_KERNEL: torch's conversion of
+    the stored fp32 values does not saturate."""
     if WAIT_FOR_PRIOR_GRID:
         tl.extra.cuda.gdc_wait()
     if ROWS_CONTIGUOUS:  # constant row offsets, as rmsnorm_fwd_kernel's
@@ -147,7 +153,8 @@ def rmsnorm_fp8_fwd_kernel(
             v = tl.reshape(y3 * inverse[:, :, None], [BLOCK_M, BLOCK_N])
         else:
             v = tl.reshape(tl.math.div_rn(y3, scale[:, :, None]), [BLOCK_M, BLOCK_N])
-    v = _saturated(v, FP8_MAX)
+    if SATURATE or not CAST_IN_KERNEL:
+        v = _saturated(v, FP8_MAX)
     q_ptrs = Q + rows[:, None] * stride_q_row + cols[None, :]
     if CAST_IN_KERNEL:
         tl.store(q_ptrs, v.to(Q.dtype.element_ty), mask=mask)

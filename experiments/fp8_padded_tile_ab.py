@@ -1,0 +1,162 @@
+"""Probe: rmsnorm_fp8's forward where its tile is padded to a power of two (issue 34).
+
+Run 76 (`results/nvidia-h200/probes/2026-12-03-b8190903480f-fp8-bench-models-seed.log`): at
+16384 rows, per tensor, our fp8 forward took 93.0, 93.2, 93.9, 96.7 and 105.3 µs at N = 4608,
+5120, 5376, 6144 and 7168, all tiles of 8192 columns, and 113.6 at 8192. The time follows the
+padded tile, not the bytes. The plain bf16 forward, with the same tile and launch configuration
+(BLOCK_M 1, 8 warps), took 75-116 µs, and FlashInfer's rmsnorm_quant 59-95. The 4096-column
+tile is fine: 53.2 µs at 4096, 44.7-49.8 at 2560-3584.
+
+Reading: the kernel is bound by instructions issued per tile element, padding included. The
+plain forward issues fewer per element and stays bound by memory. Compiled for sm_90
+(tests/sm90_compile_fp8.py, 4608 columns, 8 warps), the kernel has 591-754 PTX instructions a
+thread. The explicit clamp to +-FP8_MAX ahead of the cast is 128-227 of them. The cast itself
+(cvt.rn.satfinite) already clamps and keeps NaN: SATURATE=False (clamp_before_cast=False) drops
+the clamp, and the kernel falls to 463-527 instructions.
+
+Timed here, one process, device-only (harness.fp8_bench's timer: a CUDA graph over rotating
+inputs), at 16384 x {4096, 4608, 5120, 5376, 6144, 7168, 8192}, 2048 x {4608, 5120} and
+1 x 4608, per token, per tensor and per 1x128 block:
+- the product's call (its fp8 launch table);
+- the same with the clamp left to the cast: its codes and scales must equal the product's bit for
+  bit, or the variant is reported and not timed;
+- BLOCK_M {1, 2} x num_warps {4, 8, 16, 32}, both clamp settings, through FP8_LAUNCH_TABLE;
+- beside them: our plain forward, and FlashInfer's rmsnorm_quant (per tensor) where installed.
+Each variant also passes the fp8 oracle first. Registers and spills of each compiled kernel are
+recorded.
+
+Prediction: without the clamp, 0.80-0.90 of the product's time at the padded widths (16384 x
+4608-7168); no change at 4096 and 8192 (bound by memory). The remaining gap to FlashInfer
+(59 µs at 16384 x 4608) needs a tile that is not padded (a 4096-column tile plus a tail).
+
+    PYTHONPATH=. python experiments/fp8_padded_tile_ab.py OUT.json [--quick]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+
+from harness.fp8_bench import _sets, _static_scale, _time
+from harness.oracle_fp8 import check_fp8
+from impls.triton_rmsnorm import direct, fp8, fp8_kernels, replays, rmsnorm
+
+SHAPES = [(16384, n) for n in (4096, 4608, 5120, 5376, 6144, 7168, 8192)]
+SHAPES += [(2048, 4608), (2048, 5120), (1, 4608)]
+SCALINGS = ("per_token", "per_tensor", "block")
+CONFIGS = [(bm, nw) for bm in (1, 2) for nw in (4, 8, 16, 32)]
+EPS = 1e-6
+E4 = torch.float8_e4m3fn
+
+
+def _forward(s, scaling, scale, clamp):
+    return lambda: fp8.rmsnorm_fp8_forward(s.x, s.weight, EPS, 0.0, scaling, scale, E4,
+                                           clamp_before_cast=clamp)  # fmt: skip
+
+
+def _registers(call) -> dict:
+    """Registers and spills of the kernel one call launches (its recorded launch)."""
+    replays._RECORDING.launches = recorded = []
+    try:
+        call()
+    finally:
+        replays._RECORDING.launches = None
+    kernel, _grid, args, meta, device, _config = recorded[-1]
+    compiled = direct.compiled_for(kernel, args, meta, device)
+    if compiled is None:
+        return {}
+    return {"n_regs": compiled.n_regs, "n_spills": compiled.n_spills}
+
+
+def _variant(shape, scaling, sets, scale, clamp, config, reference):
+    key = (scaling, fp8.fp8_block_n(shape[1], scaling), 2)
+    saved = fp8.FP8_LAUNCH_TABLE.get(key)
+    if config is not None:
+        fp8.FP8_LAUNCH_TABLE[key] = {"BLOCK_M": config[0], "num_warps": config[1]}
+    row = {"shape": list(shape), "scaling": scaling, "clamp_before_cast": clamp,
+           "config": fp8.fp8_launch_config(shape[1], scaling, 2, sets[0].x.device),
+           "table": config is None}  # fmt: skip
+    try:
+        call = _forward(sets[0], scaling, scale, clamp)
+        q, scales, _rstd, _h = call()
+        used = scale if scaling == "per_tensor" else scales
+        reports = check_fp8(q, used, sets[0].x, sets[0].weight, EPS, scaling=scaling,
+                            fp8_dtype=E4, static_scale=scale)  # fmt: skip
+        row["passed"] = all(r.passed for r in reports)
+        if reference is not None:
+            ref_q, ref_s = reference
+            row["bitwise_as_product"] = bool(
+                torch.equal(q.view(torch.uint8), ref_q.view(torch.uint8))
+                and (ref_s is None or torch.equal(scales, ref_s))
+            )
+        row.update(_registers(call))
+        if row["passed"] and row.get("bitwise_as_product", True):
+            row["us"] = _time([_forward(s, scaling, scale, clamp) for s in sets]).ms * 1e3
+        return row, (q, scales)
+    except Exception as exc:  # a config that does not compile or fit: a row, go on
+        row["error"] = f"{type(exc).__name__}: {exc}"[:200]
+        return row, None
+    finally:
+        if saved is None:
+            fp8.FP8_LAUNCH_TABLE.pop(key, None)
+        else:
+            fp8.FP8_LAUNCH_TABLE[key] = saved
+
+
+def _flashinfer_static():
+    try:
+        from impls import get_backend
+
+        backend = get_backend("flashinfer-fp8-static")
+        if backend.skip_reason((1, 1), torch.bfloat16, "cuda"):
+            return None
+        return backend.build()
+    except Exception:
+        return None
+
+
+def main(out_path: str, quick: bool = False) -> None:
+    rows, references = [], {}
+    flashinfer = _flashinfer_static()
+    for shape in SHAPES:
+        sets, _ = _sets(shape, torch.bfloat16, EPS, False, E4)
+        label = f"{shape[0]}x{shape[1]}"
+        scale = _static_scale(sets[0].x, sets[0].weight, EPS, E4)
+        references[label] = {"plain_us": _time([lambda s=s: rmsnorm(s.x, s.weight, EPS)
+                                                for s in sets]).ms * 1e3}  # fmt: skip
+        if flashinfer is not None:
+            calls = [lambda s=s, c=scale: flashinfer(s.x, s.weight, EPS, scaling="per_tensor",
+                                                     scale=c, residual=None, fp8_dtype=E4)
+                     for s in sets]  # fmt: skip
+            references[label]["flashinfer_static_us"] = _time(calls).ms * 1e3
+        for scaling in SCALINGS:
+            product, outputs = _variant(shape, scaling, sets, scale, True, None, None)
+            rows.append(product)
+            variants = [(False, None)]
+            if not quick:
+                variants += [(clamp, c) for c in CONFIGS for clamp in (True, False)]
+            for clamp, config in variants:
+                row, _ = _variant(shape, scaling, sets, scale, clamp, config,
+                                  outputs if config is None else None)  # fmt: skip
+                rows.append(row)
+            for r in rows[-len(variants) - 1 :]:
+                us = r.get("us")
+                timed = f"{us:8.1f} us" if us else r.get("error", "not timed")
+                ratio = f"{us / product['us']:.3f}" if us and product.get("us") else "-"
+                print(f"{label:>11} {scaling:<10} clamp={r['clamp_before_cast']!s:<5} "
+                      f"{r['config']} table={r['table']!s:<5} regs={r.get('n_regs')} "
+                      f"spills={r.get('n_spills')} "
+                      f"{timed:>10} "
+                      f"x product {ratio}", flush=True)  # fmt: skip
+        print(label, references[label], flush=True)
+        del sets
+        torch.cuda.empty_cache()
+    with open(out_path, "w") as out:
+        json.dump({"gpu": torch.cuda.get_device_name(0), "references": references, "rows": rows,
+                   "kernel": fp8_kernels.rmsnorm_fp8_fwd_kernel.fn.__name__}, out, indent=1)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], quick="--quick" in sys.argv[2:])
