@@ -41,6 +41,8 @@ def compile_case(case: dict):
     block_n = triton.next_power_of_2(case["n"])
     if case["scaling"] == 2:
         block_n = max(block_n, BLOCK_GROUP)
+    if case.get("tail"):  # the split tile: the largest power of two <= n, then the tail
+        block_n = 1 << (case["n"].bit_length() - 1)
     constexprs = {"N": case["n"], "FP8_MAX": 448.0 if fp8 == "fp8e4nv" else 57344.0,
                   "SCALING": case["scaling"], "GROUP": BLOCK_GROUP,
                   "GROUPS": block_n // BLOCK_GROUP, "BLOCK_M": case.get("block_m", 1),
@@ -49,7 +51,8 @@ def compile_case(case: dict):
                   "RECIPROCAL": case.get("reciprocal", False),
                   "W_EARLY": case.get("w_early", False),
                   "WAIT_FOR_PRIOR_GRID": case.get("wait", False),
-                  "SATURATE": case.get("saturate", True)}  # fmt: skip
+                  "SATURATE": case.get("saturate", True),
+                  "TAIL_N": case.get("tail", 0)}  # fmt: skip
     return sm90_compile.compile_sm90(kernel, pointers, constexprs, options)
 
 

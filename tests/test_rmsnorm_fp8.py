@@ -452,6 +452,67 @@ def test_leaving_the_clamp_to_the_cast_needs_the_in_kernel_cast():
                             cast_in_kernel=False, clamp_before_cast=False)  # fmt: skip
 
 
+@pytest.mark.parametrize("fp8", list(FP8), ids=list(FP8))
+@pytest.mark.parametrize("scaling", ["per_token", "per_tensor", "block"])
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize("shape", [(3, 640), (2, 1152), (4, 130), (3, 700)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")  # fmt: skip
+def test_the_split_tile_passes_the_oracle(shape, scaling, residual, fp8):
+    """split_tile: a power-of-two tile and a tail (640 = 512 + 128, 1152 = 1024 + 128, 130 =
+    128 + 2, 700 = 512 + 256 padded past N) in place of one padded tile; every scaling, both
+    formats, with the residual add (h as one tile writes it)."""
+    from impls.triton_rmsnorm.fp8 import fp8_tiles, rmsnorm_fp8_forward
+
+    block_n, tail_n = fp8_tiles(shape[1], scaling, split=True)
+    if scaling == "block" and shape[1] == 130:
+        assert tail_n == 0  # a tail of one whole group would fill the padded tile: not split
+    else:
+        assert tail_n > 0 and block_n + tail_n < fp8_tiles(shape[1], scaling)[0]
+    inp = _inputs(shape, seed=shape[1], residual=residual)
+    dt = FP8[fp8]
+    scale = _static_scale(inp.x, inp.weight, dt) if scaling == "per_tensor" else None
+    r = inp.residual if residual else None
+    q, s, _rstd, h = rmsnorm_fp8_forward(inp.x, inp.weight, EPS, 0.0, scaling, scale, dt, r,
+                                         reciprocal=True, split_tile=True)  # fmt: skip
+    if residual:
+        _q, _s, _rstd1, h_one = rmsnorm_fp8_forward(inp.x, inp.weight, EPS, 0.0, scaling, scale,
+                                                    dt, r, reciprocal=True)  # fmt: skip
+        assert torch.equal(h, h_one)
+    used = scale if scaling == "per_tensor" else s
+    _assert_passes(check_fp8(q, used, inp.x, inp.weight, EPS, scaling=scaling, fp8_dtype=dt,
+                             static_scale=scale, normalized=h))  # fmt: skip
+
+
+@pytest.mark.parametrize("scaling", ["per_token", "block"])
+def test_the_split_tile_carries_a_nan_in_the_tail_to_its_whole_row(scaling):
+    from impls.triton_rmsnorm.fp8 import rmsnorm_fp8_forward
+
+    inp = _inputs((3, 640), seed=5)
+    x = inp.x.clone()
+    x[1, 600] = float("nan")  # in the tail tile (columns 512..639)
+    q, s, _rstd, _h = rmsnorm_fp8_forward(x, inp.weight, EPS, 0.0, scaling, None, E4,
+                                          reciprocal=True, split_tile=True)  # fmt: skip
+    qf = q.float()
+    assert torch.isnan(qf[1]).all() and not torch.isnan(qf[[0, 2]]).any()
+    # the tail's sum of squares reaches the row's rstd: the whole row is NaN, main tile too
+    assert torch.isnan(s[1]).all() and not torch.isnan(s[[0, 2]]).any()
+
+
+def test_the_split_tile_compiles_for_sm90_with_fewer_conversions_and_instructions():
+    """4608 columns at 8 warps: 4096 + 512 in place of 8192, so 18 codes a thread instead of
+    32, and fewer PTX instructions, in every scaling."""
+    from tests import sm90_compile_fp8
+
+    cases = [{"scaling": s, "n": 4608, "warps": 8, "fp8": "fp8e4nv", "x": "bf16",
+              "residual": False, "reciprocal": True, "tail": t}
+             for s in (0, 1, 2) for t in (0, 512)]  # fmt: skip
+    found = sm90_compile_fp8.run(cases)
+    for case, padded, split in zip(cases[::2], found[::2], found[1::2], strict=True):
+        assert padded["cvt e4m3x2"] == 8192 // 256 // 2, (case, padded)
+        assert split["cvt e4m3x2"] == (4096 + 512) // 256 // 2, (case, split)
+        assert split["instructions"] < padded["instructions"], (case, split, padded)
+
+
 def test_looped_kernel_compiles_for_sm90_with_the_single_tiles_conversions():
     """The kernel for rows past the single tile, compiled for sm_90: one conversion per two
     codes of a step (FP8_LOOPED_CHUNK columns over FP8_LOOPED_WARPS warps), the per-token

@@ -59,6 +59,20 @@ def fp8_block_n(n: int, scaling: str) -> int:
     return max(block_n, BLOCK_GROUP) if scaling == "block" else block_n
 
 
+def fp8_tiles(n: int, scaling: str, split: bool = False) -> tuple[int, int]:
+    """(BLOCK_N, TAIL_N): the one tile padded to a power of two (TAIL_N 0), or with split, where
+    it has fewer columns, the largest power of two <= n and a tail tile for the rest (a power of
+    two, a whole group at least with block scaling): 4608 -> (4096, 512) instead of 8192."""
+    padded = fp8_block_n(n, scaling)
+    main = 1 << (n.bit_length() - 1)
+    if not split or main == n or (scaling == "block" and main < BLOCK_GROUP):
+        return padded, 0
+    tail = launch.next_power_of_2(n - main)
+    if scaling == "block":
+        tail = max(tail, BLOCK_GROUP)
+    return (main, tail) if main + tail < padded else (padded, 0)
+
+
 def fp8_launch_config(
     n: int, scaling: str, itemsize: int, device: torch.device | None = None
 ) -> dict:
@@ -110,6 +124,7 @@ def rmsnorm_fp8_forward(
     cast_in_kernel: bool | None = None,
     reciprocal: bool = True,
     clamp_before_cast: bool = True,
+    split_tile: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
     """(q, scales, rstd, h) for a 2-D x [M, N] with a contiguous last dimension; scales is None
     per tensor (the caller has it), h None without a residual. Allocates q, the scales, rstd
@@ -120,7 +135,9 @@ def rmsnorm_fp8_forward(
     instead of dividing each element (fp8_kernels.rmsnorm_fp8_fwd_kernel's RECIPROCAL: faster, and
     within the fp8 oracle; docs/perf-log.md); False divides exactly. clamp_before_cast False
     (single tile, in-kernel cast only) leaves the clamp to +-max to the conversion instruction
-    (fp8_kernels' SATURATE: cvt.rn.satfinite on sm_89 and later; an A/B knob until timed)."""
+    (fp8_kernels' SATURATE: cvt.rn.satfinite on sm_89 and later; an A/B knob until timed).
+    split_tile (single tile only): a power-of-two tile and a tail tile where that has fewer
+    columns than the padded tile (fp8_tiles; the kernel's TAIL_N; an A/B knob until timed)."""
     launch._check_runnable(x)
     m, n = x.shape
     launch.check_hidden_size(n)
@@ -155,7 +172,8 @@ def rmsnorm_fp8_forward(
                 )  # fmt: skip
             return _converted(q, fp8_dtype, cast_in_kernel), scales, rstd, h
         config = fp8_launch_config(n, scaling, x.element_size(), x.device)
-        block_m, block_n = config["BLOCK_M"], fp8_block_n(n, scaling)
+        block_m = config["BLOCK_M"]
+        block_n, tail_n = fp8_tiles(n, scaling, split_tile)
         programs = launch.cdiv(m, block_m)
         with launch._on_device(x):
             launch._launch_fixed(
@@ -165,7 +183,7 @@ def rmsnorm_fp8_forward(
                 GROUPS=block_n // BLOCK_GROUP, BLOCK_M=block_m, BLOCK_N=block_n,
                 HAS_RESIDUAL=residual is not None, CAST_IN_KERNEL=cast_in_kernel,
                 ROWS_CONTIGUOUS=all(t.stride(0) == n for t in (x, q, r_arg, h_arg)),
-                RECIPROCAL=reciprocal, SATURATE=clamp_before_cast,
+                RECIPROCAL=reciprocal, SATURATE=clamp_before_cast, TAIL_N=tail_n,
                 W_EARLY=common.loads_w_early(programs, x.device), **common.pdl_switches(x.device),
             )  # fmt: skip
     return _converted(q, fp8_dtype, cast_in_kernel), scales, rstd, h

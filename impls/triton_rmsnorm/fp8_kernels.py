@@ -49,6 +49,49 @@ def _saturated(v, FP8_MAX: tl.constexpr):
 
 
 @triton.jit
+def _tile_source(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_row,
+                 HAS_RESIDUAL: tl.constexpr):  # fmt: skip
+    """One tile of the normalized input in fp32: x, or h = x + r rounded to H's dtype (stored)."""
+    x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        r = tl.load(R + rows[:, None] * stride_r_row + cols[None, :], mask=mask, other=0.0)
+        h = (x.to(tl.float32) + r.to(tl.float32)).to(H.dtype.element_ty)
+        tl.store(H + rows[:, None] * stride_h_row + cols[None, :], h, mask=mask)
+        x = h
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _block_values(y, rows, row_mask, first_group, SCALES, stride_s_row, stride_s_col, N,
+                  FP8_MAX: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr,
+                  WIDTH: tl.constexpr, RECIPROCAL: tl.constexpr):  # fmt: skip
+    """y / scale for a tile of WIDTH columns starting at group first_group, one scale per GROUP
+    columns (amax / FP8_MAX, stored; groups past N are not)."""
+    y3 = tl.reshape(y, [BLOCK_M, WIDTH // GROUP, GROUP])
+    scale = _dynamic_scale(tl.reduce(tl.abs(y3), 2, _max_propagating_nan), FP8_MAX)
+    groups = first_group + tl.arange(0, WIDTH // GROUP)
+    group_mask = row_mask[:, None] & (groups < (N + GROUP - 1) // GROUP)[None, :]
+    offsets = rows[:, None] * stride_s_row + groups[None, :] * stride_s_col
+    tl.store(SCALES + offsets, scale, mask=group_mask)
+    if RECIPROCAL:
+        inverse = tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)
+        return tl.reshape(y3 * inverse[:, :, None], [BLOCK_M, WIDTH])
+    return tl.reshape(tl.math.div_rn(y3, scale[:, :, None]), [BLOCK_M, WIDTH])
+
+
+@triton.jit
+def _store_codes(v, Q, rows, cols, mask, stride_q_row, FP8_MAX: tl.constexpr,
+                 CAST_IN_KERNEL: tl.constexpr, SATURATE: tl.constexpr):  # fmt: skip
+    if SATURATE or not CAST_IN_KERNEL:
+        v = _saturated(v, FP8_MAX)
+    q_ptrs = Q + rows[:, None] * stride_q_row + cols[None, :]
+    if CAST_IN_KERNEL:
+        tl.store(q_ptrs, v.to(Q.dtype.element_ty), mask=mask)
+    else:
+        tl.store(q_ptrs, v, mask=mask)
+
+
+@triton.jit
 def rmsnorm_fp8_fwd_kernel(
     X,  # [M, N] input, rows strided by stride_x_row, last dim contiguous
     W,  # [N] weight
@@ -81,6 +124,7 @@ def rmsnorm_fp8_fwd_kernel(
     W_EARLY: tl.constexpr = False,  # load w with x: grids of at most one program an SM
     WAIT_FOR_PRIOR_GRID: tl.constexpr = False,  # launched with PDL: griddepcontrol.wait first
     SATURATE: tl.constexpr = True,  # clamp to +-FP8_MAX before the cast (see below)
+    TAIL_N: tl.constexpr = 0,  # > 0: columns BLOCK_N.. in a second tile of TAIL_N (see below)
 ):
     """RECIPROCAL divides once per scale (a row, a block, the tensor) and multiplies each
     element: rn(y * rn(1 / s)) is within 2 roundings (2**-23 relative) of y / s, so a code can
@@ -95,7 +139,14 @@ def rmsnorm_fp8_fwd_kernel(
     SATURATE False leaves the clamp to the cast: on sm_89 and later the fp32 -> fp8 conversion is
     cvt.rn.satfinite, which clamps to +-FP8_MAX and keeps NaN, as the explicit clamp does (two
     compares and two selects an element fewer). Only with CAST_IN_KERNEL: torch's conversion of
-    the stored fp32 values does not saturate."""
+    the stored fp32 values does not saturate.
+
+    TAIL_N > 0 splits the row in two tiles instead of padding it: columns 0..BLOCK_N (BLOCK_N <= N,
+    no padding) and BLOCK_N..BLOCK_N + TAIL_N (padded past N), e.g. 4608 = 4096 + 512 where the
+    one tile would be 8192 wide. Every element is computed once, as in one tile; the sum of
+    squares adds the two tiles' sums (another order than one tile's: its own bits), the amax
+    takes the larger, and per block the tail's groups follow the main tile's (BLOCK_N and
+    TAIL_N multiples of GROUP)."""
     if WAIT_FOR_PRIOR_GRID:
         tl.extra.cuda.gdc_wait()
     if ROWS_CONTIGUOUS:  # constant row offsets, as rmsnorm_fwd_kernel's
@@ -107,59 +158,77 @@ def rmsnorm_fp8_fwd_kernel(
     rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     row_mask = rows < M
-    mask = row_mask[:, None] & (cols < N)[None, :]
+    if TAIL_N > 0:
+        mask = row_mask[:, None] & (cols < BLOCK_N)[None, :]  # every column real: rows only
+        tail_cols = BLOCK_N + tl.arange(0, TAIL_N)
+        tail_mask = row_mask[:, None] & (tail_cols < N)[None, :]
+    else:
+        mask = row_mask[:, None] & (cols < N)[None, :]
     if W_EARLY:  # as kernels.rmsnorm_fwd_kernel's: no other program hides w's latency
         w_early = tl.load(W + cols, mask=cols < N, other=0.0)
-    x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0)
-    if HAS_RESIDUAL:
-        r = tl.load(R + rows[:, None] * stride_r_row + cols[None, :], mask=mask, other=0.0)
-        h = (x.to(tl.float32) + r.to(tl.float32)).to(H.dtype.element_ty)
-        tl.store(H + rows[:, None] * stride_h_row + cols[None, :], h, mask=mask)
-        x = h
-    x = x.to(tl.float32)
-    mean_sq = tl.sum(x * x, axis=1) / N
+        if TAIL_N > 0:
+            w_tail_early = tl.load(W + tail_cols, mask=tail_cols < N, other=0.0)
+    x = _tile_source(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_row,
+                     HAS_RESIDUAL)  # fmt: skip
+    sum_sq = tl.sum(x * x, axis=1)
+    if TAIL_N > 0:
+        x_tail = _tile_source(X, R, H, rows, tail_cols, tail_mask, stride_x_row, stride_r_row,
+                              stride_h_row, HAS_RESIDUAL)  # fmt: skip
+        sum_sq += tl.sum(x_tail * x_tail, axis=1)
+    mean_sq = sum_sq / N
     rstd = 1.0 / tl.sqrt_rn(mean_sq + eps)
     if W_EARLY:
         w = w_early.to(tl.float32) + offset
     else:
         w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32) + offset
     y = x * rstd[:, None] * w[None, :]
+    if TAIL_N > 0:
+        if W_EARLY:
+            w_tail = w_tail_early.to(tl.float32) + offset
+        else:
+            w_tail = tl.load(W + tail_cols, mask=tail_cols < N, other=0.0).to(tl.float32) + offset
+        y_tail = x_tail * rstd[:, None] * w_tail[None, :]
     if SCALING == 0:
-        scale = _dynamic_scale(tl.reduce(tl.abs(y), 1, _max_propagating_nan), FP8_MAX)
+        amax = tl.reduce(tl.abs(y), 1, _max_propagating_nan)
+        if TAIL_N > 0:
+            amax = _max_propagating_nan(amax, tl.reduce(tl.abs(y_tail), 1, _max_propagating_nan))
+        scale = _dynamic_scale(amax, FP8_MAX)
         tl.store(SCALES + rows * stride_s_row, scale, mask=row_mask)
         if RECIPROCAL:  # scale >= FLT_MIN: 1 / scale <= 2**126, finite (or NaN with the scale)
-            v = y * tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)[:, None]
+            inverse = tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)[:, None]
+            v = y * inverse
+            if TAIL_N > 0:
+                v_tail = y_tail * inverse
         else:
             v = tl.math.div_rn(y, scale[:, None])
+            if TAIL_N > 0:
+                v_tail = tl.math.div_rn(y_tail, scale[:, None])
     elif SCALING == 1:
         scale = tl.load(STATIC_SCALE)
         if RECIPROCAL:
             inverse = tl.math.div_rn(scale * 0.0 + 1.0, scale)  # one division, a scalar
             if inverse < float("inf"):  # False for inf and NaN: those divide exactly
                 v = y * inverse
+                if TAIL_N > 0:
+                    v_tail = y_tail * inverse
             else:
                 v = tl.math.div_rn(y, tl.full(y.shape, 0.0, tl.float32) + scale)
+                if TAIL_N > 0:
+                    v_tail = tl.math.div_rn(y_tail, tl.full(y_tail.shape, 0.0, tl.float32) + scale)
         else:
             v = tl.math.div_rn(y, tl.full(y.shape, 0.0, tl.float32) + scale)
+            if TAIL_N > 0:
+                v_tail = tl.math.div_rn(y_tail, tl.full(y_tail.shape, 0.0, tl.float32) + scale)
     else:
-        y3 = tl.reshape(y, [BLOCK_M, GROUPS, GROUP])
-        scale = _dynamic_scale(tl.reduce(tl.abs(y3), 2, _max_propagating_nan), FP8_MAX)
-        groups = tl.arange(0, GROUPS)
-        group_mask = row_mask[:, None] & (groups < (N + GROUP - 1) // GROUP)[None, :]
-        offsets = rows[:, None] * stride_s_row + groups[None, :] * stride_s_col
-        tl.store(SCALES + offsets, scale, mask=group_mask)
-        if RECIPROCAL:
-            inverse = tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)
-            v = tl.reshape(y3 * inverse[:, :, None], [BLOCK_M, BLOCK_N])
-        else:
-            v = tl.reshape(tl.math.div_rn(y3, scale[:, :, None]), [BLOCK_M, BLOCK_N])
-    if SATURATE or not CAST_IN_KERNEL:
-        v = _saturated(v, FP8_MAX)
-    q_ptrs = Q + rows[:, None] * stride_q_row + cols[None, :]
-    if CAST_IN_KERNEL:
-        tl.store(q_ptrs, v.to(Q.dtype.element_ty), mask=mask)
-    else:
-        tl.store(q_ptrs, v, mask=mask)
+        v = _block_values(y, rows, row_mask, 0, SCALES, stride_s_row, stride_s_col, N, FP8_MAX,
+                          GROUP, BLOCK_M, BLOCK_N, RECIPROCAL)  # fmt: skip
+        if TAIL_N > 0:
+            v_tail = _block_values(y_tail, rows, row_mask, GROUPS, SCALES, stride_s_row,
+                                   stride_s_col, N, FP8_MAX, GROUP, BLOCK_M, TAIL_N, RECIPROCAL)  # fmt: skip
+    _store_codes(v, Q, rows, cols, mask, stride_q_row, FP8_MAX, CAST_IN_KERNEL, SATURATE)
+    if TAIL_N > 0:
+        _store_codes(v_tail, Q, rows, tail_cols, tail_mask, stride_q_row, FP8_MAX,
+                     CAST_IN_KERNEL, SATURATE)  # fmt: skip
     tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
