@@ -42,7 +42,7 @@ def _variant_rows(shape, scaling, sets, scale, configs):
     rows = []
     for reciprocal in (False, True):
         for config in [None, *configs] if reciprocal else [None]:  # the sweep: RECIPROCAL only
-            key = (scaling, block_n, sets[0].x.element_size())
+            key = (scaling, block_n, sets[0].x.element_size(), 0)
             saved = fp8.FP8_LAUNCH_TABLE.get(key)
             if config is not None:
                 fp8.FP8_LAUNCH_TABLE[key] = {"BLOCK_M": config[0], "num_warps": config[1]}

@@ -79,13 +79,15 @@ def _registers(call) -> dict:
 
 
 def _variant(shape, scaling, sets, scale, clamp, split, config, reference):
-    key = (scaling, fp8.fp8_block_n(shape[1], scaling), 2)
+    block_n, tail_n = fp8.fp8_tiles(shape[1], scaling, split)
+    key = (scaling, block_n, 2, tail_n)
     saved = fp8.FP8_LAUNCH_TABLE.get(key)
     if config is not None:
         fp8.FP8_LAUNCH_TABLE[key] = {"BLOCK_M": config[0], "num_warps": config[1]}
     row = {"shape": list(shape), "scaling": scaling, "clamp_before_cast": clamp,
-           "tiles": fp8.fp8_tiles(shape[1], scaling, split),
-           "config": fp8.fp8_launch_config(shape[1], scaling, 2, sets[0].x.device),
+           "tiles": (block_n, tail_n),
+           "config": fp8.fp8_launch_config(shape[1], scaling, 2, sets[0].x.device,
+                                           (block_n, tail_n)),
            "table": config is None}  # fmt: skip
     try:
         call = _forward(sets[0], scaling, scale, clamp, split)

@@ -26,7 +26,7 @@ def test_a_table_saves_sorted_and_loads_back(tmp_path):
     assert [json.loads(line.rstrip(","))["block_n"] for line in lines[1:-1]] == [128, 4096, 8192]
     loaded = fp8_table.load(path)
     assert loaded == {e.key: e for e in entries}
-    assert loaded[("block", 4096, 2)].config == {"BLOCK_M": 2, "num_warps": 8}
+    assert loaded[("block", 4096, 2, 0)].config == {"BLOCK_M": 2, "num_warps": 8}
 
 
 @pytest.mark.parametrize(
@@ -65,11 +65,11 @@ def test_the_lookup_takes_this_process_then_the_gpu_class_then_the_heuristic(on_
     heuristic = fp8.heuristic_fp8_launch_config(4096)
     assert fp8.fp8_launch_config(4000, "per_token", 2, cuda) == heuristic  # no entry
     assert fp8.fp8_launch_config(4000, "block", 2, torch.device("cpu")) == heuristic
-    fp8.FP8_LAUNCH_TABLE[("block", 4096, 2)] = {"BLOCK_M": 1, "num_warps": 8}
+    fp8.FP8_LAUNCH_TABLE[("block", 4096, 2, 0)] = {"BLOCK_M": 1, "num_warps": 8}
     try:
         assert fp8.fp8_launch_config(4000, "block", 2, cuda) == {"BLOCK_M": 1, "num_warps": 8}
     finally:
-        del fp8.FP8_LAUNCH_TABLE[("block", 4096, 2)]
+        del fp8.FP8_LAUNCH_TABLE[("block", 4096, 2, 0)]
 
 
 def test_a_broken_committed_table_is_reported_and_the_heuristic_serves(on_a_tabled_gpu):
@@ -95,3 +95,64 @@ def test_the_tuners_candidates_stay_in_their_bounds(block_n):
 def test_the_tuner_needs_a_gpu(capsys):
     assert fp8_tune.main([]) == 1
     assert "CUDA" in capsys.readouterr().err
+
+
+def test_a_split_entry_saves_its_tail_and_the_padded_time_and_a_padded_one_does_not(tmp_path):
+    path = tmp_path / "gpu.json"
+    split = fp8_table.Fp8Entry("per_tensor", 4096, 2, 1, 8, (3640, 4608), 60.0, 512, 93.0)
+    fp8_table.save(path, "NVIDIA H200", [_entry("per_tensor", 8192), split], {})
+    items = [json.loads(line.rstrip(",")) for line in path.read_text().splitlines()[1:-1]]
+    assert [("tail_n" in i, "padded_us" in i) for i in items] == [(True, True), (False, False)]
+    loaded = fp8_table.load(path)
+    assert loaded[("per_tensor", 4096, 2, 512)] == split
+    assert loaded[("per_tensor", 8192, 2, 0)].tail_n == 0
+
+
+@pytest.mark.parametrize("tail", [3, 4096, -512])
+def test_a_tail_that_is_not_a_smaller_power_of_two_names_the_field(tmp_path, tail):
+    path = tmp_path / "broken.json"
+    item = {"scaling": "block", "block_n": 4096, "itemsize": 2, "BLOCK_M": 1, "num_warps": 8,
+            "measured_at": [1, 4608], "us": 1.0, "tail_n": tail}  # fmt: skip
+    path.write_text(json.dumps({"format": fp8_table.FORMAT, "entries": [item]}))
+    with pytest.raises(ValueError, match="tail_n expected 0 or a power of two below block_n"):
+        fp8_table.load(path)
+
+
+def test_a_call_takes_the_split_tiles_only_where_a_table_has_their_entry(on_a_tabled_gpu):
+    cuda = torch.device("cuda", 0)
+    split = fp8_table.Fp8Entry("per_tensor", 4096, 2, 2, 16, (3640, 4608), 60.0, 512, 93.0)
+    fp8_table.save(on_a_tabled_gpu, "Test GPU", [split], {})  # before the first (cached) read
+    assert fp8.choose_tiles(4608, "per_token", 2, cuda) == (8192, 0)  # no split entry
+    assert fp8.choose_tiles(4608, "per_token", 2, cuda, split=True) == (4096, 512)
+    assert fp8.choose_tiles(4608, "per_tensor", 2, cuda) == (4096, 512)
+    assert fp8.choose_tiles(4400, "per_tensor", 2, cuda) == (4096, 512)  # the same two tiles
+    assert fp8.choose_tiles(4608, "per_tensor", 2, cuda, split=False) == (8192, 0)
+    assert fp8.choose_tiles(4608, "per_tensor", 2, torch.device("cpu")) == (8192, 0)
+    assert fp8.fp8_launch_config(4608, "per_tensor", 2, cuda, (4096, 512)) == {
+        "BLOCK_M": 2, "num_warps": 16}  # fmt: skip
+    assert fp8.fp8_launch_config(4608, "per_tensor", 2, cuda) == fp8.heuristic_fp8_launch_config(
+        8192)  # fmt: skip
+
+
+def test_the_split_tuner_writes_an_entry_only_where_the_split_was_faster(monkeypatch, tmp_path):
+    faster = {4608}  # of the widths asked, the split beats the padded tile at 4608 only
+    asked = []
+
+    def tune_width(scaling, block_n, itemsize, elements, stream, tail_n=0, padded=None):
+        asked.append((scaling, block_n, tail_n, padded))
+        if block_n + tail_n not in faster:
+            return None
+        return fp8_table.Fp8Entry(scaling, block_n, itemsize, 1, 8, (1, block_n + tail_n), 50.0,
+                                  tail_n, 90.0)  # fmt: skip
+
+    monkeypatch.setattr(fp8_tune, "tune_width", tune_width)
+    out = tmp_path / "gpu.json"
+    fp8_table.save(out, "GPU", [_entry("per_tensor", 8192, 1, 32)], {})
+    args = fp8_tune.parse_args(["--split-n", "4608", "5120", "4096", "7168", "--scalings",
+                                "per_tensor", "--out", str(out)])  # fmt: skip
+    entries = fp8_table.load(out)
+    assert fp8_tune._tune_splits(args, "GPU", out, entries, {}, None, 0.0) == 0
+    # 4096 and 7168 have no split with fewer columns; the padded tile's entry is the baseline
+    assert asked == [("per_tensor", 4096, 512, {"BLOCK_M": 1, "num_warps": 32}),
+                     ("per_tensor", 4096, 1024, {"BLOCK_M": 1, "num_warps": 32})]  # fmt: skip
+    assert set(fp8_table.load(out)) == {("per_tensor", 8192, 2, 0), ("per_tensor", 4096, 2, 512)}

@@ -75,7 +75,7 @@ def test_kernel_cast_is_torchs_and_matches_oracle(dtype, shape, scaling, fp8, mo
         and config["BLOCK_M"] * block_n <= 8 * 32 * config["num_warps"]
     )
     if one_layout:
-        monkeypatch.setitem(fp8_op.FP8_LAUNCH_TABLE, (scaling, block_n, dtype.itemsize), config)
+        monkeypatch.setitem(fp8_op.FP8_LAUNCH_TABLE, (scaling, block_n, dtype.itemsize, 0), config)
     q, s, rstd, _ = rmsnorm_fp8_forward(*args)
     q_ref, s_ref, rstd_ref, _ = rmsnorm_fp8_forward(*args, cast_in_kernel=False)
     rows = (rstd == rstd_ref) | (rstd.isnan() & rstd_ref.isnan())

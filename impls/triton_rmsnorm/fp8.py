@@ -48,9 +48,9 @@ FP8_LOOPED_CHUNK = 4096
 #: The looped kernel's warps (not tuned: ~16 columns a thread a step).
 FP8_LOOPED_WARPS = 8
 
-#: Configurations set in this process: (scaling, BLOCK_N, x's itemsize) -> {"BLOCK_M",
+#: Configurations set in this process: (scaling, BLOCK_N, x's itemsize, TAIL_N) -> {"BLOCK_M",
 #: "num_warps"}, read before the GPU's committed launch table (fp8_table.py).
-FP8_LAUNCH_TABLE: dict[tuple[str, int, int], dict] = {}
+FP8_LAUNCH_TABLE: dict[tuple[str, int, int, int], dict] = {}
 
 
 def fp8_block_n(n: int, scaling: str) -> int:
@@ -73,14 +73,9 @@ def fp8_tiles(n: int, scaling: str, split: bool = False) -> tuple[int, int]:
     return (main, tail) if main + tail < padded else (padded, 0)
 
 
-def fp8_launch_config(
-    n: int, scaling: str, itemsize: int, device: torch.device | None = None
-) -> dict:
-    """BLOCK_M and num_warps for a row of n columns: FP8_LAUNCH_TABLE's entry, else the launch
-    table of device's GPU class (fp8_table.py; a CUDA device), else the plain single-tile
-    forward's heuristic (about TILE_TARGET elements a tile, ~256 a warp)."""
-    block_n = fp8_block_n(n, scaling)
-    key = (scaling, block_n, itemsize)
+def _entry_config(key: tuple, device: torch.device | None) -> dict | None:
+    """FP8_LAUNCH_TABLE's configuration for key, else the committed table's of device's GPU
+    class (a CUDA device), else None."""
     entry = FP8_LAUNCH_TABLE.get(key)
     if entry is not None:
         return dict(entry)
@@ -88,6 +83,34 @@ def fp8_launch_config(
         tabled = fp8_table.committed(common.gpu_name(device.index or 0)).get(key)
         if tabled is not None:
             return tabled.config
+    return None
+
+
+def choose_tiles(n: int, scaling: str, itemsize: int, device: torch.device | None = None,
+                 split: bool | None = None) -> tuple[int, int]:  # fmt: skip
+    """(BLOCK_N, TAIL_N) for a row of n columns: split None takes the split tile where it has
+    fewer columns than the padded one and a table holds an entry for it (fp8_tune writes one
+    only where the split timed faster), else the padded tile; True or False forces it."""
+    if split is not None:
+        return fp8_tiles(n, scaling, split)
+    tiles = fp8_tiles(n, scaling, True)
+    if tiles[1] and _entry_config((scaling, tiles[0], itemsize, tiles[1]), device) is not None:
+        return tiles
+    return fp8_tiles(n, scaling)
+
+
+def fp8_launch_config(
+    n: int, scaling: str, itemsize: int, device: torch.device | None = None,
+    tiles: tuple[int, int] | None = None,
+) -> dict:  # fmt: skip
+    """BLOCK_M and num_warps for a row of n columns in tiles (BLOCK_N, TAIL_N; default the padded
+    tile): FP8_LAUNCH_TABLE's entry, else the launch table of device's GPU class (fp8_table.py;
+    a CUDA device), else the plain single-tile forward's heuristic for the BLOCK_N tile (about
+    TILE_TARGET elements a tile, ~256 a warp)."""
+    block_n, tail_n = tiles or fp8_tiles(n, scaling)
+    config = _entry_config((scaling, block_n, itemsize, tail_n), device)
+    if config is not None:
+        return config
     return heuristic_fp8_launch_config(block_n)
 
 
@@ -124,7 +147,7 @@ def rmsnorm_fp8_forward(
     cast_in_kernel: bool | None = None,
     reciprocal: bool = True,
     clamp_before_cast: bool = True,
-    split_tile: bool = False,
+    split_tile: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
     """(q, scales, rstd, h) for a 2-D x [M, N] with a contiguous last dimension; scales is None
     per tensor (the caller has it), h None without a residual. Allocates q, the scales, rstd
@@ -136,8 +159,9 @@ def rmsnorm_fp8_forward(
     within the fp8 oracle; docs/perf-log.md); False divides exactly. clamp_before_cast False
     (single tile, in-kernel cast only) leaves the clamp to +-max to the conversion instruction
     (fp8_kernels' SATURATE: cvt.rn.satfinite on sm_89 and later; an A/B knob until timed).
-    split_tile (single tile only): a power-of-two tile and a tail tile where that has fewer
-    columns than the padded tile (fp8_tiles; the kernel's TAIL_N; an A/B knob until timed)."""
+    split_tile (single tile only): True, a power-of-two tile and a tail tile where that has fewer
+    columns than the padded tile (fp8_tiles; the kernel's TAIL_N); False, the padded tile; None
+    (default), as the launch table says (choose_tiles)."""
     launch._check_runnable(x)
     m, n = x.shape
     launch.check_hidden_size(n)
@@ -171,9 +195,9 @@ def rmsnorm_fp8_forward(
                     CAST_IN_KERNEL=cast_in_kernel, RECIPROCAL=reciprocal,
                 )  # fmt: skip
             return _converted(q, fp8_dtype, cast_in_kernel), scales, rstd, h
-        config = fp8_launch_config(n, scaling, x.element_size(), x.device)
+        block_n, tail_n = choose_tiles(n, scaling, x.element_size(), x.device, split_tile)
+        config = fp8_launch_config(n, scaling, x.element_size(), x.device, (block_n, tail_n))
         block_m = config["BLOCK_M"]
-        block_n, tail_n = fp8_tiles(n, scaling, split_tile)
         programs = launch.cdiv(m, block_m)
         with launch._on_device(x):
             launch._launch_fixed(

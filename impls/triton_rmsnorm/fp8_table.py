@@ -1,5 +1,5 @@
 """rmsnorm_fp8's launch table: per GPU class, the single-tile fp8 kernel's BLOCK_M and num_warps
-for each (scaling, tile width, x's element size), chosen ahead of time by
+for each (scaling, tile width, x's element size, tail tile width), chosen ahead of time by
 `python -m impls.triton_rmsnorm.fp8_tune` and read by every call, which times nothing.
 
 One JSON file per GPU class, `tables/fp8/<gpu slug>.json` (dispatch_table.gpu_slug):
@@ -11,9 +11,12 @@ One JSON file per GPU class, `tables/fp8/<gpu slug>.json` (dispatch_table.gpu_sl
       ...]}
 
 one entry per line, sorted. A call's tile width is fp8.fp8_block_n(N, scaling); a width with no
-entry (or a GPU with no file) takes the heuristic (fp8.fp8_launch_config). The configuration
-does not depend on M, so a row's codes and scale are the same whatever M (only the grid
-changes with M).
+entry (or a GPU with no file) takes the heuristic (fp8.fp8_launch_config). An entry with a
+"tail_n" (> 0) is a split tile (fp8.fp8_tiles: a power-of-two tile and a tail tile in place of
+one padded tile), written by `fp8_tune --split-n` only where it timed faster than the padded
+tile at that width; a call whose split tiles have an entry takes them (fp8.choose_tiles). The
+configuration and tiles do not depend on M, so a row's codes and scale are the same whatever M
+(only the grid changes with M).
 """
 
 from __future__ import annotations
@@ -40,25 +43,34 @@ class Fp8Entry(NamedTuple):
     num_warps: int
     measured_at: tuple[int, int]  # (M, N) the configuration was timed at
     us: float  # its device-only time there
+    tail_n: int = 0  # > 0: a split tile, BLOCK_N columns then a tail tile of tail_n
+    padded_us: float | None = None  # a split entry: the padded tile's time at the same (M, N)
 
     @property
-    def key(self) -> tuple[str, int, int]:
-        return self.scaling, self.block_n, self.itemsize
+    def key(self) -> tuple[str, int, int, int]:
+        return self.scaling, self.block_n, self.itemsize, self.tail_n
 
     @property
     def config(self) -> dict:
         return {"BLOCK_M": self.block_m, "num_warps": self.num_warps}
 
     def to_json(self) -> dict:
-        return {"scaling": self.scaling, "block_n": self.block_n, "itemsize": self.itemsize,
+        item = {"scaling": self.scaling, "block_n": self.block_n, "itemsize": self.itemsize,
                 "BLOCK_M": self.block_m, "num_warps": self.num_warps,
                 "measured_at": list(self.measured_at), "us": round(self.us, 3)}  # fmt: skip
+        if self.tail_n:
+            item["tail_n"] = self.tail_n
+            if self.padded_us is not None:
+                item["padded_us"] = round(self.padded_us, 3)
+        return item
 
     @classmethod
     def from_json(cls, item: dict, where: str) -> Fp8Entry:
         try:
+            padded_us = item.get("padded_us")
             entry = cls(item["scaling"], item["block_n"], item["itemsize"], item["BLOCK_M"],
-                        item["num_warps"], tuple(item["measured_at"]), float(item["us"]))  # fmt: skip
+                        item["num_warps"], tuple(item["measured_at"]), float(item["us"]),
+                        item.get("tail_n", 0), None if padded_us is None else float(padded_us))  # fmt: skip
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"{where}: entry {item!r} lacks or mistypes {error}") from None
         if entry.scaling not in SCALINGS:
@@ -67,10 +79,19 @@ class Fp8Entry(NamedTuple):
             value = getattr(entry, name)
             if not isinstance(value, int) or value < 1 or value & (value - 1):
                 raise ValueError(f"{where}: {name} expected a power of two, got {value!r}")
+        tail = entry.tail_n
+        if (
+            not isinstance(tail, int)
+            or tail < 0
+            or tail & (tail - 1)
+            or tail >= max(2, entry.block_n)
+        ):
+            raise ValueError(f"{where}: tail_n expected 0 or a power of two below block_n, "
+                             f"got {tail!r}")  # fmt: skip
         return entry
 
 
-def load(path: str | os.PathLike) -> dict[tuple[str, int, int], Fp8Entry]:
+def load(path: str | os.PathLike) -> dict[tuple[str, int, int, int], Fp8Entry]:
     """A table file's entries by key; ValueError naming the file when it is not one."""
     where = str(path)
     try:
@@ -96,7 +117,7 @@ def committed_path(device_name: str) -> Path:
 
 
 @functools.cache
-def committed(device_name: str) -> dict[tuple[str, int, int], Fp8Entry]:
+def committed(device_name: str) -> dict[tuple[str, int, int, int], Fp8Entry]:
     """The committed table of this GPU class, or {} where there is none; a broken file is
     reported and skipped (the heuristic serves: it never takes a call down)."""
     path = committed_path(device_name)

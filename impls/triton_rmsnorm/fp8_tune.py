@@ -10,6 +10,13 @@ over rotating copies of the inputs, tuning.py), without a residual. One configur
 every M of a width, so a row's codes do not change with M. --budget-s stops between widths
 and writes what it has; the table is saved after every width (atomically), and a width the
 --out file already holds is skipped, so a sweep can run over several calls.
+
+--split-n N ...: for each N whose split tiles (fp8.fp8_tiles: a power-of-two tile and a tail)
+have fewer columns than its padded tile, the split's candidates are timed at the width the two
+tiles fill (4608 for 4096 + 512), beside the padded tile's own configuration (the table's entry,
+else the heuristic) at that width; the split entry is written only where it is faster, and
+then every call whose split tiles it names takes it (fp8.choose_tiles). Run after the padded
+entries are in the table.
 """
 
 from __future__ import annotations
@@ -53,11 +60,33 @@ def candidates(block_n: int) -> list[dict]:
     return out or [fp8.heuristic_fp8_launch_config(block_n)]
 
 
+def _time_config(scaling, itemsize, tiles, config, arg_sets, static, stream) -> float:
+    """Device µs of one forward at these tiles and configuration (FP8_LAUNCH_TABLE, restored)."""
+    key = (scaling, tiles[0], itemsize, tiles[1])
+    saved = fp8.FP8_LAUNCH_TABLE.get(key)
+    fp8.FP8_LAUNCH_TABLE[key] = config
+    try:
+
+        def call(args, scaling=scaling, static=static, split=tiles[1] > 0):
+            fp8.rmsnorm_fp8_forward(args[0], args[1], EPS, 0.0, scaling, static,
+                                    torch.float8_e4m3fn, split_tile=split)  # fmt: skip
+
+        return 1e3 * tuning._median_ms(call, arg_sets, stream)
+    finally:
+        if saved is None:
+            fp8.FP8_LAUNCH_TABLE.pop(key, None)
+        else:
+            fp8.FP8_LAUNCH_TABLE[key] = saved
+
+
 def tune_width(
-    scaling: str, block_n: int, itemsize: int, elements: int, stream
-) -> fp8_table.Fp8Entry:
-    """The fastest candidate at one width, timed as described above."""
-    m, n = max(1, elements // block_n), block_n
+    scaling: str, block_n: int, itemsize: int, elements: int, stream, tail_n: int = 0,
+    padded: dict | None = None,
+) -> fp8_table.Fp8Entry | None:  # fmt: skip
+    """The fastest candidate at one width, timed as described above. With tail_n, the split
+    tiles (block_n, tail_n) at block_n + tail_n columns; padded: the padded tile's configuration
+    there, timed too (the entry's padded_us); None when the split is not faster."""
+    m, n = max(1, elements // (block_n + tail_n)), block_n + tail_n
     gen = torch.Generator().manual_seed(block_n + itemsize)
     dtype = DTYPE_OF_ITEMSIZE[itemsize]
     x = torch.randn(m, n, generator=gen).to("cuda", dtype)
@@ -65,28 +94,20 @@ def tune_width(
     scale = torch.full((1,), 0.05, dtype=torch.float32, device="cuda")
     static = scale if scaling == "per_tensor" else None
     arg_sets = tuning.rotating_arguments((x, w), tuning.l2_bytes(0))
-    key = (scaling, block_n, itemsize)
     best = None
-    saved = fp8.FP8_LAUNCH_TABLE.get(key)
-    try:
-        for config in candidates(block_n):
-            fp8.FP8_LAUNCH_TABLE[key] = config
-
-            def call(args, scaling=scaling, static=static):
-                fp8.rmsnorm_fp8_forward(args[0], args[1], EPS, 0.0, scaling, static,
-                                        torch.float8_e4m3fn)  # fmt: skip
-
-            us = 1e3 * tuning._median_ms(call, arg_sets, stream)
-            if best is None or us < best[1]:
-                best = (config, us)
-    finally:
-        if saved is None:
-            fp8.FP8_LAUNCH_TABLE.pop(key, None)
-        else:
-            fp8.FP8_LAUNCH_TABLE[key] = saved
+    for config in candidates(block_n):
+        us = _time_config(scaling, itemsize, (block_n, tail_n), config, arg_sets, static, stream)
+        if best is None or us < best[1]:
+            best = (config, us)
     config, us = best
+    padded_us = None
+    if tail_n:
+        padded_tiles = fp8.fp8_tiles(n, scaling)
+        padded_us = _time_config(scaling, itemsize, padded_tiles, padded, arg_sets, static, stream)
+        if us >= padded_us:
+            return None
     return fp8_table.Fp8Entry(scaling, block_n, itemsize, config["BLOCK_M"], config["num_warps"],
-                              (m, n), us)  # fmt: skip
+                              (m, n), us, tail_n, padded_us)  # fmt: skip
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -101,6 +122,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="x's element size: 2 (bf16 and fp16 share entries; the default) or "
                    "4 (fp32)")  # fmt: skip
     p.add_argument("--block-n", nargs="+", type=int, default=list(BLOCK_NS), choices=BLOCK_NS)
+    p.add_argument("--split-n", nargs="+", type=int, default=None, metavar="N",
+                   help="widths whose split tiles to tune instead of the padded tiles (above)")  # fmt: skip
     p.add_argument("--elements", type=int, default=1 << 24, help="M x N of each timing")
     p.add_argument("--budget-s", type=float, default=None, help="start no width after this")
     return p.parse_args(argv)
@@ -121,10 +144,12 @@ def main(argv=None) -> int:
                  "elements": args.elements, "command": " ".join(sys.argv)}  # fmt: skip
     stream = dispatch.private_stream(0)
     started = time.monotonic()
+    if args.split_n is not None:
+        return _tune_splits(args, name, out, entries, made_with, stream, started)
     for scaling in args.scalings:
         for itemsize in args.itemsizes:
             for block_n in args.block_n:
-                if (scaling, block_n, itemsize) in entries:
+                if (scaling, block_n, itemsize, 0) in entries:
                     continue
                 if args.budget_s is not None and time.monotonic() - started > args.budget_s:
                     print("budget spent: the table holds what was tuned", flush=True)
@@ -135,6 +160,34 @@ def main(argv=None) -> int:
                 print(f"{scaling:<10} N={block_n:<6} itemsize {itemsize}: BLOCK_M "
                       f"{entry.block_m:<3} warps {entry.num_warps:<2} {entry.us:8.2f} us",
                       flush=True)  # fmt: skip
+    return 0
+
+
+def _tune_splits(args, name, out, entries, made_with, stream, started) -> int:
+    device = torch.device("cuda", 0)
+    for scaling in args.scalings:
+        for itemsize in args.itemsizes:
+            for n in args.split_n:
+                block_n, tail_n = fp8.fp8_tiles(n, scaling, split=True)
+                if not tail_n or (scaling, block_n, itemsize, tail_n) in entries:
+                    continue  # no split with fewer columns, or tuned already
+                if args.budget_s is not None and time.monotonic() - started > args.budget_s:
+                    print("budget spent: the table holds what was tuned", flush=True)
+                    return 0
+                padded_tiles = fp8.fp8_tiles(block_n + tail_n, scaling)
+                tabled = entries.get((scaling, padded_tiles[0], itemsize, 0))
+                padded = (tabled.config if tabled is not None else
+                          fp8.fp8_launch_config(block_n + tail_n, scaling, itemsize, device))  # fmt: skip
+                entry = tune_width(scaling, block_n, itemsize, args.elements, stream, tail_n,
+                                   padded)  # fmt: skip
+                where = f"{scaling:<10} N={block_n}+{tail_n} itemsize {itemsize}"
+                if entry is None:
+                    print(f"{where}: not faster than the padded tile; no entry", flush=True)
+                    continue
+                entries[entry.key] = entry
+                fp8_table.save(out, name, entries.values(), made_with)
+                print(f"{where}: BLOCK_M {entry.block_m:<3} warps {entry.num_warps:<2} "
+                      f"{entry.us:8.2f} us (padded {entry.padded_us:8.2f})", flush=True)  # fmt: skip
     return 0
 
 
