@@ -22,6 +22,9 @@ inputs), at 16384 x {4096, 4608, 5120, 5376, 6144, 7168, 8192}, 2048 x {4608, 51
   bit, or the variant is reported and not timed;
 - the split tile (split_tile: a power-of-two tile and a tail, 4608 = 4096 + 512; its sum of
   squares runs in another order, so only the oracle judges it), with and without the clamp;
+- per token, the amax in the sum of squares' reduction (amax_with_sum: one cross-warp reduction
+  instead of two; y's product in another order, so only the oracle judges it), alone and with
+  the two above;
 - BLOCK_M {1, 2} x num_warps {4, 8, 16, 32} through FP8_LAUNCH_TABLE, for the product's form
   and for the split tile without the clamp;
 - beside them: our plain forward, and FlashInfer's rmsnorm_quant (per tensor) where installed.
@@ -35,7 +38,9 @@ block 754, 527, 712, 640 (the tail's 4 groups over 8 warps reduce through shared
 Prediction: without the clamp, 0.80-0.90 of the product's time at the padded widths (16384 x
 4608-7168); no change at 4096 and 8192 (bound by memory). Split and without the clamp, per
 token and per tensor at 16384 x 4608: near the bytes' time (~60 µs, FlashInfer's 59); per block
-less gain (a worse tail).
+less gain (a worse tail). The amax with the sum, per token: toward the per-tensor time at the
+same shape (16384 x 8192: 127 -> ~114 µs; per tensor 113.6), since one of its two cross-warp
+reductions goes (sm_90 PTX at 8192 columns, 8 warps: 7 -> 6 barriers; split at 4608: 23 -> 7).
 
     PYTHONPATH=. python experiments/fp8_padded_tile_ab.py OUT.json [--quick]
 """
@@ -59,9 +64,20 @@ EPS = 1e-6
 E4 = torch.float8_e4m3fn
 
 
-def _forward(s, scaling, scale, clamp, split):
-    return lambda: fp8.rmsnorm_fp8_forward(s.x, s.weight, EPS, 0.0, scaling, scale, E4,
-                                           clamp_before_cast=clamp, split_tile=split)  # fmt: skip
+#: The switches a variant sets (rmsnorm_fp8_forward's keywords); the product's are these.
+PRODUCT = {"clamp_before_cast": True, "split_tile": False, "amax_with_sum": False}
+#: Variants at the table's configuration: each switch alone, then together.
+SWITCHES = [
+    {"clamp_before_cast": False},
+    {"split_tile": True},
+    {"amax_with_sum": True},
+    {"clamp_before_cast": False, "split_tile": True},
+    {"clamp_before_cast": False, "split_tile": True, "amax_with_sum": True},
+]
+
+
+def _forward(s, scaling, scale, knobs):
+    return lambda: fp8.rmsnorm_fp8_forward(s.x, s.weight, EPS, 0.0, scaling, scale, E4, **knobs)
 
 
 def _registers(call) -> dict:
@@ -78,19 +94,19 @@ def _registers(call) -> dict:
     return {"n_regs": compiled.n_regs, "n_spills": compiled.n_spills}
 
 
-def _variant(shape, scaling, sets, scale, clamp, split, config, reference):
-    block_n, tail_n = fp8.fp8_tiles(shape[1], scaling, split)
+def _variant(shape, scaling, sets, scale, knobs, config, reference):
+    knobs = {**PRODUCT, **knobs}
+    block_n, tail_n = fp8.fp8_tiles(shape[1], scaling, knobs["split_tile"])
     key = (scaling, block_n, 2, tail_n)
     saved = fp8.FP8_LAUNCH_TABLE.get(key)
     if config is not None:
         fp8.FP8_LAUNCH_TABLE[key] = {"BLOCK_M": config[0], "num_warps": config[1]}
-    row = {"shape": list(shape), "scaling": scaling, "clamp_before_cast": clamp,
-           "tiles": (block_n, tail_n),
+    row = {"shape": list(shape), "scaling": scaling, **knobs, "tiles": (block_n, tail_n),
            "config": fp8.fp8_launch_config(shape[1], scaling, 2, sets[0].x.device,
                                            (block_n, tail_n)),
            "table": config is None}  # fmt: skip
     try:
-        call = _forward(sets[0], scaling, scale, clamp, split)
+        call = _forward(sets[0], scaling, scale, knobs)
         q, scales, _rstd, _h = call()
         used = scale if scaling == "per_tensor" else scales
         reports = check_fp8(q, used, sets[0].x, sets[0].weight, EPS, scaling=scaling,
@@ -104,7 +120,7 @@ def _variant(shape, scaling, sets, scale, clamp, split, config, reference):
             )
         row.update(_registers(call))
         if row["passed"] and row.get("bitwise_as_product", True):
-            row["us"] = _time([_forward(s, scaling, scale, clamp, split) for s in sets]).ms * 1e3
+            row["us"] = _time([_forward(s, scaling, scale, knobs) for s in sets]).ms * 1e3
         return row, (q, scales)
     except Exception as exc:  # a config that does not compile or fit: a row, go on
         row["error"] = f"{type(exc).__name__}: {exc}"[:200]
@@ -143,23 +159,27 @@ def main(out_path: str, quick: bool = False) -> None:
                      for s in sets]  # fmt: skip
             references[label]["flashinfer_static_us"] = _time(calls).ms * 1e3
         for scaling in SCALINGS:
-            product, outputs = _variant(shape, scaling, sets, scale, True, False, None, None)
+            product, outputs = _variant(shape, scaling, sets, scale, {}, None, None)
             rows.append(product)
-            variants = [(False, False, None), (True, True, None), (False, True, None)]
+            variants = [(knobs, None) for knobs in SWITCHES
+                        if scaling == "per_token" or "amax_with_sum" not in knobs]  # fmt: skip
             if not quick:
-                variants += [(clamp, split, c) for c in CONFIGS
-                             for clamp, split in ((True, False), (False, True))]  # fmt: skip
-            for clamp, split, config in variants:
-                same_sum = not split or fp8.fp8_tiles(shape[1], scaling, True)[1] == 0
-                row, _ = _variant(shape, scaling, sets, scale, clamp, split, config,
-                                  outputs if config is None and same_sum else None)  # fmt: skip
+                variants += [(knobs, c) for c in CONFIGS
+                             for knobs in ({}, {"clamp_before_cast": False, "split_tile": True})]  # fmt: skip
+            for knobs, config in variants:
+                # only the clamp alone keeps the product's arithmetic: bitwise checked there
+                same = set(knobs) <= {"clamp_before_cast"} or (
+                    set(knobs) == {"split_tile"} and not fp8.fp8_tiles(shape[1], scaling, True)[1]
+                )
+                row, _ = _variant(shape, scaling, sets, scale, knobs, config,
+                                  outputs if config is None and same else None)  # fmt: skip
                 rows.append(row)
             for r in rows[-len(variants) - 1 :]:
                 us = r.get("us")
                 timed = f"{us:8.1f} us" if us else r.get("error", "not timed")
                 ratio = f"{us / product['us']:.3f}" if us and product.get("us") else "-"
                 print(f"{label:>11} {scaling:<10} clamp={r['clamp_before_cast']!s:<5} "
-                      f"tiles={r['tiles']} {r['config']} table={r['table']!s:<5} "
+                      f"amax_with_sum={r['amax_with_sum']!s:<5} tiles={r['tiles']} {r['config']} table={r['table']!s:<5} "
                       f"regs={r.get('n_regs')} "
                       f"spills={r.get('n_spills')} "
                       f"{timed:>10} "

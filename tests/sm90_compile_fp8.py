@@ -52,7 +52,8 @@ def compile_case(case: dict):
                   "W_EARLY": case.get("w_early", False),
                   "WAIT_FOR_PRIOR_GRID": case.get("wait", False),
                   "SATURATE": case.get("saturate", True),
-                  "TAIL_N": case.get("tail", 0)}  # fmt: skip
+                  "TAIL_N": case.get("tail", 0),
+                  "AMAX_WITH_SUM": case.get("amax_with_sum", False)}  # fmt: skip
     return sm90_compile.compile_sm90(kernel, pointers, constexprs, options)
 
 
@@ -72,6 +73,7 @@ def main(cases: list[dict]) -> list[dict]:
             "instructions": len(re.findall(r"^\s+[a-z][\w.]*\s", ptx, flags=re.M)),
             "setp": len(re.findall(r"\bsetp\.", ptx)),
             "selp": len(re.findall(r"\bselp\.", ptx)),
+            "barriers": len(re.findall(r"\bbar\.sync\b|\bbarrier\.sync\b", ptx)),
             **sm90_compile.wait_report(ptx),
         })  # fmt: skip
     return report

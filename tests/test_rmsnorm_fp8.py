@@ -513,6 +513,57 @@ def test_the_split_tile_compiles_for_sm90_with_fewer_conversions_and_instruction
         assert split["instructions"] < padded["instructions"], (case, split, padded)
 
 
+@pytest.mark.parametrize("fp8", list(FP8), ids=list(FP8))
+@pytest.mark.parametrize("split", [False, True], ids=["padded", "split"])
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize("shape", [(3, 640), (4, 127), (2, 1000)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_the_amax_in_the_sums_reduction_passes_the_oracle(shape, residual, split, fp8):
+    """amax_with_sum (per token): y = (x * w) * rstd and amax = rn(max|x * w| * rstd), which is
+    max|y| exactly, in one reduction with the sum."""
+    from impls.triton_rmsnorm.fp8 import rmsnorm_fp8_forward
+
+    inp = _inputs(shape, seed=shape[1] + 7, residual=residual)
+    dt = FP8[fp8]
+    r = inp.residual if residual else None
+    q, s, _rstd, h = rmsnorm_fp8_forward(inp.x, inp.weight, EPS, 0.0, "per_token", None, dt, r,
+                                         reciprocal=True, split_tile=split,
+                                         amax_with_sum=True)  # fmt: skip
+    # the oracle holds each scale to 1 ulp of the fp64 amax / max: a wrong amax fails it
+    _assert_passes(check_fp8(q, s, inp.x, inp.weight, EPS, scaling="per_token", fp8_dtype=dt,
+                             normalized=h))  # fmt: skip
+
+
+def test_the_amax_in_the_sums_reduction_keeps_nan_and_zero_rows():
+    from impls.triton_rmsnorm.fp8 import rmsnorm_fp8_forward
+
+    inp = _inputs((4, 640), seed=11)
+    x = inp.x.clone()
+    x[1, 600] = float("nan")
+    x[2] = 0
+    q, s, _rstd, _h = rmsnorm_fp8_forward(x, inp.weight, EPS, 0.0, "per_token", None, E4,
+                                          reciprocal=True, split_tile=True,
+                                          amax_with_sum=True)  # fmt: skip
+    qf = q.float()
+    assert torch.isnan(qf[1]).all() and torch.isnan(s[1])
+    assert (qf[2] == 0).all() and s[2] == FLT_MIN
+    assert not torch.isnan(qf[[0, 3]]).any()
+
+
+def test_the_amax_in_the_sums_reduction_compiles_with_fewer_barriers():
+    """Per token, compiled for sm_90: one cross-warp reduction fewer (its barrier), the same
+    conversions; with the split tile, 23 barriers -> 7 at 4608 columns, 8 warps."""
+    from tests import sm90_compile_fp8
+
+    cases = [{"scaling": 0, "n": n, "warps": 8, "fp8": "fp8e4nv", "x": "bf16", "residual": False,
+              "reciprocal": True, "tail": tail, "amax_with_sum": fused}
+             for n, tail in ((8192, 0), (4608, 512)) for fused in (False, True)]  # fmt: skip
+    found = sm90_compile_fp8.run(cases)
+    for case, apart, fused in zip(cases[::2], found[::2], found[1::2], strict=True):
+        assert fused["cvt e4m3x2"] == apart["cvt e4m3x2"], (case, fused)
+        assert fused["barriers"] < apart["barriers"], (case, apart, fused)
+        assert fused["instructions"] <= apart["instructions"], (case, apart, fused)
+
+
 def test_looped_kernel_compiles_for_sm90_with_the_single_tiles_conversions():
     """The kernel for rows past the single tile, compiled for sm_90: one conversion per two
     codes of a step (FP8_LOOPED_CHUNK columns over FP8_LOOPED_WARPS warps), the per-token

@@ -35,6 +35,11 @@ def _max_propagating_nan(a, b):
 
 
 @triton.jit
+def _sum_and_max(sum_a, max_a, sum_b, max_b):
+    return sum_a + sum_b, _max_propagating_nan(max_a, max_b)
+
+
+@triton.jit
 def _dynamic_scale(amax, FP8_MAX: tl.constexpr):
     """amax / FP8_MAX, correctly rounded, floored at FLT_MIN (NaN stays NaN)."""
     scale = tl.math.div_rn(amax, tl.full(amax.shape, FP8_MAX, tl.float32))
@@ -125,6 +130,7 @@ def rmsnorm_fp8_fwd_kernel(
     WAIT_FOR_PRIOR_GRID: tl.constexpr = False,  # launched with PDL: griddepcontrol.wait first
     SATURATE: tl.constexpr = True,  # clamp to +-FP8_MAX before the cast (see below)
     TAIL_N: tl.constexpr = 0,  # > 0: columns BLOCK_N.. in a second tile of TAIL_N (see below)
+    AMAX_WITH_SUM: tl.constexpr = False,  # per token: the amax in the sum's reduction (below)
 ):
     """RECIPROCAL divides once per scale (a row, a block, the tensor) and multiplies each
     element: rn(y * rn(1 / s)) is within 2 roundings (2**-23 relative) of y / s, so a code can
@@ -146,7 +152,15 @@ def rmsnorm_fp8_fwd_kernel(
     one tile would be 8192 wide. Every element is computed once, as in one tile; the sum of
     squares adds the two tiles' sums (another order than one tile's: its own bits), the amax
     takes the larger, and per block the tail's groups follow the main tile's (BLOCK_N and
-    TAIL_N multiples of GROUP)."""
+    TAIL_N multiples of GROUP).
+
+    AMAX_WITH_SUM (per token): y = (x * w) * rstd instead of (x * rstd) * w, so that amax|y| =
+    rn(amax|x * w| * rstd) exactly (rounding is monotonic; rstd > 0 and finite: with eps = 0, a
+    row whose squares all underflow gets an inf scale here and a NaN one the other way, NaN
+    codes both ways), and max|x * w| rides in
+    the sum of squares' reduction: one reduction across the row instead of two. w is loaded
+    with x. y's bits can differ from the other order's by an ulp, so a code next to a tie may
+    differ (within the oracle's window)."""
     if WAIT_FOR_PRIOR_GRID:
         tl.extra.cuda.gdc_wait()
     if ROWS_CONTIGUOUS:  # constant row offsets, as rmsnorm_fwd_kernel's
@@ -170,28 +184,56 @@ def rmsnorm_fp8_fwd_kernel(
             w_tail_early = tl.load(W + tail_cols, mask=tail_cols < N, other=0.0)
     x = _tile_source(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_row,
                      HAS_RESIDUAL)  # fmt: skip
-    sum_sq = tl.sum(x * x, axis=1)
     if TAIL_N > 0:
         x_tail = _tile_source(X, R, H, rows, tail_cols, tail_mask, stride_x_row, stride_r_row,
                               stride_h_row, HAS_RESIDUAL)  # fmt: skip
-        sum_sq += tl.sum(x_tail * x_tail, axis=1)
-    mean_sq = sum_sq / N
-    rstd = 1.0 / tl.sqrt_rn(mean_sq + eps)
-    if W_EARLY:
-        w = w_early.to(tl.float32) + offset
-    else:
-        w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32) + offset
-    y = x * rstd[:, None] * w[None, :]
-    if TAIL_N > 0:
+    if AMAX_WITH_SUM:  # w first: x * w enters the reduction
         if W_EARLY:
-            w_tail = w_tail_early.to(tl.float32) + offset
+            w = w_early.to(tl.float32) + offset
         else:
-            w_tail = tl.load(W + tail_cols, mask=tail_cols < N, other=0.0).to(tl.float32) + offset
-        y_tail = x_tail * rstd[:, None] * w_tail[None, :]
-    if SCALING == 0:
-        amax = tl.reduce(tl.abs(y), 1, _max_propagating_nan)
+            w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32) + offset
+        xw = x * w[None, :]
+        sum_sq, amax_xw = tl.reduce((x * x, tl.abs(xw)), 1, _sum_and_max)
         if TAIL_N > 0:
-            amax = _max_propagating_nan(amax, tl.reduce(tl.abs(y_tail), 1, _max_propagating_nan))
+            if W_EARLY:
+                w_tail = w_tail_early.to(tl.float32) + offset
+            else:
+                w_tail = (tl.load(W + tail_cols, mask=tail_cols < N, other=0.0).to(tl.float32)
+                          + offset)  # fmt: skip
+            xw_tail = x_tail * w_tail[None, :]
+            tail_sum, tail_amax = tl.reduce((x_tail * x_tail, tl.abs(xw_tail)), 1, _sum_and_max)
+            sum_sq += tail_sum
+            amax_xw = _max_propagating_nan(amax_xw, tail_amax)
+        rstd = 1.0 / tl.sqrt_rn(sum_sq / N + eps)
+        y = xw * rstd[:, None]
+        if TAIL_N > 0:
+            y_tail = xw_tail * rstd[:, None]
+    else:
+        sum_sq = tl.sum(x * x, axis=1)
+        if TAIL_N > 0:
+            sum_sq += tl.sum(x_tail * x_tail, axis=1)
+        mean_sq = sum_sq / N
+        rstd = 1.0 / tl.sqrt_rn(mean_sq + eps)
+        if W_EARLY:
+            w = w_early.to(tl.float32) + offset
+        else:
+            w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32) + offset
+        y = x * rstd[:, None] * w[None, :]
+        if TAIL_N > 0:
+            if W_EARLY:
+                w_tail = w_tail_early.to(tl.float32) + offset
+            else:
+                w_tail = (tl.load(W + tail_cols, mask=tail_cols < N, other=0.0).to(tl.float32)
+                          + offset)  # fmt: skip
+            y_tail = x_tail * rstd[:, None] * w_tail[None, :]
+    if SCALING == 0:
+        if AMAX_WITH_SUM:
+            amax = amax_xw * rstd  # = max|y|: rn is monotonic and rstd > 0
+        else:
+            amax = tl.reduce(tl.abs(y), 1, _max_propagating_nan)
+            if TAIL_N > 0:
+                amax = _max_propagating_nan(amax, tl.reduce(tl.abs(y_tail), 1,
+                                                            _max_propagating_nan))  # fmt: skip
         scale = _dynamic_scale(amax, FP8_MAX)
         tl.store(SCALES + rows * stride_s_row, scale, mask=row_mask)
         if RECIPROCAL:  # scale >= FLT_MIN: 1 / scale <= 2**126, finite (or NaN with the scale)
