@@ -53,7 +53,8 @@ def compile_case(case: dict):
                   "WAIT_FOR_PRIOR_GRID": case.get("wait", False),
                   "SATURATE": case.get("saturate", True),
                   "TAIL_N": case.get("tail", 0),
-                  "AMAX_WITH_SUM": case.get("amax_with_sum", False)}  # fmt: skip
+                  "AMAX_WITH_SUM": case.get("amax_with_sum", False),
+                  "W_AS_ROW": case.get("w_as_row", False)}  # fmt: skip
     return sm90_compile.compile_sm90(kernel, pointers, constexprs, options)
 
 

@@ -564,6 +564,38 @@ def test_the_amax_in_the_sums_reduction_compiles_with_fewer_barriers():
         assert fused["instructions"] <= apart["instructions"], (case, apart, fused)
 
 
+def test_w_as_a_row_skips_its_layout_conversion():
+    """W_AS_ROW, compiled for sm_90 at 8192 columns, 8 warps: w no longer goes through shared
+    memory (8 KB a row before) and its barriers go, in every scaling; the conversions stay."""
+    from tests import sm90_compile_fp8
+
+    cases = [{"scaling": s, "n": 8192, "warps": 8, "fp8": "fp8e4nv", "x": "bf16",
+              "residual": False, "reciprocal": True, "w_as_row": row}
+             for s in (0, 1, 2) for row in (False, True)]  # fmt: skip
+    found = sm90_compile_fp8.run(cases)
+    for case, vector, row in zip(cases[::2], found[::2], found[1::2], strict=True):
+        assert vector["shared bytes"] >= 8192 > 1024 >= row["shared bytes"], (case, vector, row)
+        assert row["barriers"] <= vector["barriers"] - 4, (case, vector, row)
+        assert row["cvt e4m3x2"] == vector["cvt e4m3x2"] == 8192 // 256 // 2, (case, row)
+
+
+@pytest.mark.parametrize("scaling", ["per_token", "per_tensor", "block"])
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+def test_w_as_a_row_gives_the_same_bits(scaling, residual):
+    """The same arithmetic in another layout: outputs bitwise the vector load's (the
+    interpreter's fp32 values before the cast, every element)."""
+    from impls.triton_rmsnorm.fp8 import rmsnorm_fp8_forward
+
+    inp = _inputs((5, 700), seed=21, residual=residual)
+    scale = _static_scale(inp.x, inp.weight, E4) if scaling == "per_tensor" else None
+    r = inp.residual if residual else None
+    outs = [rmsnorm_fp8_forward(inp.x, inp.weight, EPS, 1.0, scaling, scale, E4, r,
+                                cast_in_kernel=False, w_as_row=row) for row in (False, True)]  # fmt: skip
+    for a, b in zip(*outs, strict=True):
+        if a is not None:
+            assert torch.equal(a.float().nan_to_num(7.0), b.float().nan_to_num(7.0))
+
+
 def test_looped_kernel_compiles_for_sm90_with_the_single_tiles_conversions():
     """The kernel for rows past the single tile, compiled for sm_90: one conversion per two
     codes of a step (FP8_LOOPED_CHUNK columns over FP8_LOOPED_WARPS warps), the per-token

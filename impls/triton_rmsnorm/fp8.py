@@ -149,6 +149,7 @@ def rmsnorm_fp8_forward(
     clamp_before_cast: bool = True,
     split_tile: bool | None = None,
     amax_with_sum: bool = False,
+    w_as_row: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
     """(q, scales, rstd, h) for a 2-D x [M, N] with a contiguous last dimension; scales is None
     per tensor (the caller has it), h None without a residual. Allocates q, the scales, rstd
@@ -164,6 +165,8 @@ def rmsnorm_fp8_forward(
     columns than the padded tile (fp8_tiles; the kernel's TAIL_N); False, the padded tile; None
     (default), as the launch table says (choose_tiles). amax_with_sum (per token, single tile):
     the row's amax in the sum of squares' reduction (the kernel's AMAX_WITH_SUM; an A/B knob
+    until timed). w_as_row (single tile): w loaded as a [1, BLOCK_N] row in x's layout, not
+    converted through shared memory (the kernel's W_AS_ROW; the same arithmetic; an A/B knob
     until timed)."""
     launch._check_runnable(x)
     m, n = x.shape
@@ -211,7 +214,7 @@ def rmsnorm_fp8_forward(
                 HAS_RESIDUAL=residual is not None, CAST_IN_KERNEL=cast_in_kernel,
                 ROWS_CONTIGUOUS=all(t.stride(0) == n for t in (x, q, r_arg, h_arg)),
                 RECIPROCAL=reciprocal, SATURATE=clamp_before_cast, TAIL_N=tail_n,
-                AMAX_WITH_SUM=amax_with_sum and scaling == "per_token",
+                AMAX_WITH_SUM=amax_with_sum and scaling == "per_token", W_AS_ROW=w_as_row,
                 W_EARLY=common.loads_w_early(programs, x.device), **common.pdl_switches(x.device),
             )  # fmt: skip
     return _converted(q, fp8_dtype, cast_in_kernel), scales, rstd, h

@@ -67,6 +67,16 @@ def _tile_source(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h
 
 
 @triton.jit
+def _weight_row(W, cols, N, AS_ROW: tl.constexpr):
+    """w over cols as a [1, WIDTH] row: loaded as that row, in x's layout (AS_ROW), or as a
+    vector in a layout of its own, then broadcast (Triton converts it through shared memory
+    where x's layout holds more elements a thread than a 16-byte load of w)."""
+    if AS_ROW:
+        return tl.load(W + cols[None, :], mask=(cols < N)[None, :], other=0.0)
+    return tl.load(W + cols, mask=cols < N, other=0.0)[None, :]
+
+
+@triton.jit
 def _block_values(y, rows, row_mask, first_group, SCALES, stride_s_row, stride_s_col, N,
                   FP8_MAX: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr,
                   WIDTH: tl.constexpr, RECIPROCAL: tl.constexpr):  # fmt: skip
@@ -131,6 +141,7 @@ def rmsnorm_fp8_fwd_kernel(
     SATURATE: tl.constexpr = True,  # clamp to +-FP8_MAX before the cast (see below)
     TAIL_N: tl.constexpr = 0,  # > 0: columns BLOCK_N.. in a second tile of TAIL_N (see below)
     AMAX_WITH_SUM: tl.constexpr = False,  # per token: the amax in the sum's reduction (below)
+    W_AS_ROW: tl.constexpr = False,  # load w as a [1, BLOCK_N] row in x's layout (_weight_row)
 ):
     """RECIPROCAL divides once per scale (a row, a block, the tensor) and multiplies each
     element: rn(y * rn(1 / s)) is within 2 roundings (2**-23 relative) of y / s, so a code can
@@ -179,9 +190,9 @@ def rmsnorm_fp8_fwd_kernel(
     else:
         mask = row_mask[:, None] & (cols < N)[None, :]
     if W_EARLY:  # as kernels.rmsnorm_fwd_kernel's: no other program hides w's latency
-        w_early = tl.load(W + cols, mask=cols < N, other=0.0)
+        w_early = _weight_row(W, cols, N, W_AS_ROW)
         if TAIL_N > 0:
-            w_tail_early = tl.load(W + tail_cols, mask=tail_cols < N, other=0.0)
+            w_tail_early = _weight_row(W, tail_cols, N, W_AS_ROW)
     x = _tile_source(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h_row,
                      HAS_RESIDUAL)  # fmt: skip
     if TAIL_N > 0:
@@ -191,16 +202,15 @@ def rmsnorm_fp8_fwd_kernel(
         if W_EARLY:
             w = w_early.to(tl.float32) + offset
         else:
-            w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32) + offset
-        xw = x * w[None, :]
+            w = _weight_row(W, cols, N, W_AS_ROW).to(tl.float32) + offset
+        xw = x * w
         sum_sq, amax_xw = tl.reduce((x * x, tl.abs(xw)), 1, _sum_and_max)
         if TAIL_N > 0:
             if W_EARLY:
                 w_tail = w_tail_early.to(tl.float32) + offset
             else:
-                w_tail = (tl.load(W + tail_cols, mask=tail_cols < N, other=0.0).to(tl.float32)
-                          + offset)  # fmt: skip
-            xw_tail = x_tail * w_tail[None, :]
+                w_tail = _weight_row(W, tail_cols, N, W_AS_ROW).to(tl.float32) + offset
+            xw_tail = x_tail * w_tail
             tail_sum, tail_amax = tl.reduce((x_tail * x_tail, tl.abs(xw_tail)), 1, _sum_and_max)
             sum_sq += tail_sum
             amax_xw = _max_propagating_nan(amax_xw, tail_amax)
@@ -217,15 +227,14 @@ def rmsnorm_fp8_fwd_kernel(
         if W_EARLY:
             w = w_early.to(tl.float32) + offset
         else:
-            w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32) + offset
-        y = x * rstd[:, None] * w[None, :]
+            w = _weight_row(W, cols, N, W_AS_ROW).to(tl.float32) + offset
+        y = x * rstd[:, None] * w
         if TAIL_N > 0:
             if W_EARLY:
                 w_tail = w_tail_early.to(tl.float32) + offset
             else:
-                w_tail = (tl.load(W + tail_cols, mask=tail_cols < N, other=0.0).to(tl.float32)
-                          + offset)  # fmt: skip
-            y_tail = x_tail * rstd[:, None] * w_tail[None, :]
+                w_tail = _weight_row(W, tail_cols, N, W_AS_ROW).to(tl.float32) + offset
+            y_tail = x_tail * rstd[:, None] * w_tail
     if SCALING == 0:
         if AMAX_WITH_SUM:
             amax = amax_xw * rstd  # = max|y|: rn is monotonic and rstd > 0
