@@ -35,9 +35,10 @@ inputs), at 16384 x {4096, 4608, 5120, 5376, 6144, 7168, 8192}, 2048 x {4608, 51
 Each variant also passes the fp8 oracle first. Registers and spills of each compiled kernel are
 recorded.
 
-The sm_90 PTX a thread at 4608 columns, 8 warps (tests/sm90_compile_fp8.py): per token 740
-(product), 513 (no clamp), 525 (split), 453 (split, no clamp); per tensor 591, 463, 416, 344; per
-block 754, 527, 712, 640 (the tail's 4 groups over 8 warps reduce through shared memory).
+The sm_90 PTX a thread at 4608 columns, 8 warps (tests/sm90_compile_fp8.py; the full table is
+in docs/perf-log.md, thirty-third session): per token 740 instructions, 7 barriers and 8 KB of
+shared memory (the product); 489, 3 and 32 B without the clamp and with w as a row; 357, 5 and
+64 B with all four switches. Per tensor 591, 5, 8 KB -> 439, 1, 32 B (no clamp, w as a row).
 
 Prediction: without the clamp, 0.80-0.90 of the product's time at the padded widths (16384 x
 4608-7168); no change at 4096 and 8192 (bound by memory). Split and without the clamp, per
