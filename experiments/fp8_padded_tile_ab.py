@@ -18,12 +18,12 @@ Timed here, one process, device-only (harness.fp8_bench's timer: a CUDA graph ov
 inputs), at 16384 x {4096, 4608, 5120, 5376, 6144, 7168, 8192}, 2048 x {4608, 5120} and
 1 x 4608, per token, per tensor and per 1x128 block:
 - the product's call (its fp8 launch table);
-- the same with the clamp left to the cast: its codes and scales must equal the product's bit for
-  bit, or the variant is reported and not timed;
+- the same with the clamp left to the cast: its codes and scales should equal the product's bit
+  for bit (bitwise_as_product says whether they do);
 - the split tile (split_tile: a power-of-two tile and a tail, 4608 = 4096 + 512; its sum of
   squares runs in another order, so only the oracle judges it), with and without the clamp;
 - w loaded as a [1, BLOCK_N] row in x's layout (w_as_row; the same arithmetic, so its codes
-  must equal the product's bit for bit). Loaded as a vector, w takes a layout of its own and
+  should equal the product's bit for bit). Loaded as a vector, w takes a layout of its own and
   Triton converts it through shared memory: at 8192 columns, 8 warps, 8 KB and 4 barriers a
   row in the sm_90 PTX (per tensor 5 barriers -> 1, per token 7 -> 3);
 - per token, the amax in the sum of squares' reduction (amax_with_sum: one cross-warp reduction
@@ -133,7 +133,7 @@ def _variant(shape, scaling, sets, scale, knobs, config, reference):
                 and (ref_s is None or torch.equal(scales, ref_s))
             )
         row.update(_registers(call))
-        if row["passed"] and row.get("bitwise_as_product", True):
+        if row["passed"]:  # timed even where its bits differ: the row says so
             row["us"] = _time([_forward(s, scaling, scale, knobs) for s in sets]).ms * 1e3
         return row, (q, scales)
     except Exception as exc:  # a config that does not compile or fit: a row, go on

@@ -349,7 +349,8 @@ def _config(args) -> dict:
 def _argv_sets_options(argv) -> bool:
     """Whether the command line gives an option beside --resume."""
     argv = sys.argv[1:] if argv is None else argv
-    return any(a.startswith("--") and a not in ("--resume", "--budget-s") for a in argv)
+    return any(a.startswith("--") and a.split("=")[0] not in ("--resume", "--budget-s")
+               for a in argv)  # fmt: skip
 
 
 def _resume(parser, args):

@@ -76,7 +76,7 @@ def rank(rows: list[dict]) -> list[dict]:
             base = plain.get((shape, PLAIN_RESIDUAL if residual else PLAIN))
             if base is None and residual:
                 base = plain.get((shape, PLAIN))
-                line["plain_without_residual"] = base is not None
+                line["plain_without_residual"] |= base is not None
             if base is not None:
                 line["plain_ratios"].append((ours["ms"] / base["ms"], shape))
         copy = plain.get((shape, "copy"))

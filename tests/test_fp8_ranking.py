@@ -110,3 +110,15 @@ def test_bench_from_prints_the_ranking_of_a_stored_run(tmp_path, capsys):
     bad.write_text(json.dumps(_done("8x256")) + "\n")
     with pytest.raises(SystemExit):
         main(["--from", str(bad)])
+
+
+def test_the_without_residual_note_survives_a_later_shape_without_plain_rows():
+    rows = [
+        _plain("triton", "8x256", 1.0),  # a run before the add's bar: no triton-add row
+        _row("triton-fp8", "block+res", "8x256", "fwd", 2.4),
+        _row("triton-fp8", "block+res", "16x256", "fwd", 2.4),  # its plain rows failed
+        _done("8x256"),
+        _done("16x256"),
+    ]
+    line = _line(rows, "block+res", "fwd")
+    assert line["plain_ratios"] == [(2.4, "8x256")] and line["plain_without_residual"]

@@ -156,3 +156,32 @@ def test_the_split_tuner_writes_an_entry_only_where_the_split_was_faster(monkeyp
     assert asked == [("per_tensor", 4096, 512, {"BLOCK_M": 1, "num_warps": 32}),
                      ("per_tensor", 4096, 1024, {"BLOCK_M": 1, "num_warps": 32})]  # fmt: skip
     assert set(fp8_table.load(out)) == {("per_tensor", 8192, 2, 0), ("per_tensor", 4096, 2, 512)}
+
+
+def test_a_table_with_split_entries_takes_the_second_format(tmp_path):
+    """A reader of the first format refuses such a file (the heuristic serves) instead of
+    taking a split entry's configuration for the padded tile of its BLOCK_N; a table of padded
+    entries keeps the first format, so its bytes do not change."""
+    padded, split = tmp_path / "padded.json", tmp_path / "split.json"
+    fp8_table.save(padded, "GPU", [_entry("block", 4096)], {})
+    fp8_table.save(split, "GPU", [_entry("block", 4096), fp8_table.Fp8Entry(
+        "block", 4096, 2, 1, 8, (1, 4608), 9.0, 512, 11.0)], {})  # fmt: skip
+    assert json.loads(padded.read_text())["format"] == fp8_table.FORMAT
+    assert json.loads(split.read_text())["format"] == fp8_table.SPLIT_FORMAT
+    assert len(fp8_table.load(split)) == 2
+
+
+def test_a_block_tail_narrower_than_a_group_is_refused(tmp_path):
+    path = tmp_path / "broken.json"
+    item = {"scaling": "block", "block_n": 4096, "itemsize": 2, "BLOCK_M": 1, "num_warps": 8,
+            "measured_at": [1, 4160], "us": 1.0, "tail_n": 64}  # fmt: skip
+    path.write_text(json.dumps({"format": fp8_table.SPLIT_FORMAT, "entries": [item]}))
+    with pytest.raises(ValueError, match="128 at least per block"):
+        fp8_table.load(path)
+
+
+@pytest.mark.parametrize("value", ["0", "40000", "x"])
+def test_split_widths_must_be_single_tile_widths(value, capsys):
+    with pytest.raises(SystemExit):
+        fp8_tune.parse_args(["--split-n", value])
+    assert "--split-n: expected" in capsys.readouterr().err

@@ -259,9 +259,10 @@ def test_recording_a_replay_registers_it_and_a_table_change_forgets(fake_module,
 
 @cpu_calls
 def test_a_table_change_during_a_registration_forgets_it_after(monkeypatch):
-    """Another thread changes the tables (dispatch.GENERATION moves, then forget) while a
-    recording registers: its forget waits for the registration, so no stale entry is left."""
-    order, changer = [], []
+    """Another thread changes the tables while a recording registers: the change (its
+    generation step, the caches' clearing and the forget) waits for the registration to end,
+    then forgets it, so no stale entry is left."""
+    order, changer, moved = [], [], []
     generation = dispatch.GENERATION[0]
 
     def registering(key, *_):
@@ -269,18 +270,53 @@ def test_a_table_change_during_a_registration_forgets_it_after(monkeypatch):
             return
         changer.append(threading.Thread(target=dispatch.reload))
         changer[0].start()
-        deadline = time.monotonic() + 10
-        while dispatch.GENERATION[0] == generation and time.monotonic() < deadline:
-            time.sleep(0.001)
-        time.sleep(0.2)  # the changer's forget, unless it waits, runs now
+        time.sleep(0.2)  # the change, unless it waits, runs now
+        moved.append(dispatch.GENERATION[0] != generation)
         order.append("registered")
 
     monkeypatch.setattr(replays, "ON_RECORD", [registering])
     monkeypatch.setattr(replays, "ON_FORGET", [lambda: order.append("forgotten")])
     _recorded_call(8, 256, grad=False)
     changer[0].join(timeout=10)
+    assert moved == [False]
     assert order == ["forgotten", "registered", "forgotten"]  # _recorded_call forgets first
     assert replays.recorded() == {}
+
+
+@cpu_calls
+def test_a_recording_never_starts_inside_a_table_change(monkeypatch):
+    """A recording's generation is read outside any change: one that starts while a change
+    has stepped GENERATION but not yet cleared the caches (which still hold the old tables'
+    choices) waits until the change is over, then chooses from the new tables."""
+    replays.forget()
+    chose, in_change = threading.Event(), threading.Event()
+    real_choose = dispatch.choose
+
+    def choose(*args, **kwargs):
+        if in_change.is_set():
+            chose.set()
+        return real_choose(*args, **kwargs)
+
+    monkeypatch.setattr(dispatch, "choose", choose)
+    seen_in_change = []
+
+    class ChangingTables(dict):
+        def clear(self):  # _forget_lookups: after GENERATION's step, before the caches go
+            if not in_change.is_set():
+                in_change.set()
+                recorder.start()
+                seen_in_change.append(chose.wait(0.5))  # the recorder must not get this far
+            super().clear()
+
+    monkeypatch.setattr(dispatch, "_TABLES", ChangingTables())
+
+    def record():
+        rmsnorm(torch.randn(8, 256, dtype=torch.bfloat16), torch.rand(256), 1e-6)
+
+    recorder = threading.Thread(target=record)
+    dispatch.reload()
+    recorder.join(10)
+    assert seen_in_change == [False] and chose.is_set()  # it chose, after the change
 
 
 @cpu_calls
@@ -415,6 +451,28 @@ def test_unset_stays_off_silently_where_not_built_or_not_known(monkeypatch, tmp_
         assert host_path.turn_on_as_set() is False
     assert host_path.MODULE is None
     assert host_path.unavailable_reason(check_device=False) is not None
+
+
+@pytest.mark.parametrize("error", [RuntimeError("Could not determine home directory."),
+                                   PermissionError(13, "Permission denied")])  # fmt: skip
+def test_an_unreadable_build_folder_keeps_the_import_working(monkeypatch, tmp_path, error):
+    """No home directory (a container's uid without a passwd entry, HOME unset) or a build
+    folder that cannot be read: unset, the path stays off silently; with cpp, a warning."""
+    _as_if_built_here(monkeypatch, tmp_path)
+
+    def unreadable():
+        raise error
+
+    monkeypatch.setattr(host_path, "build_directory", unreadable)
+    monkeypatch.delenv(host_path.ENV, raising=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert host_path.turn_on_as_set() is False
+    monkeypatch.setenv(host_path.ENV, "cpp")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.warns(UserWarning, match="its build folder cannot be read"):
+        assert host_path.turn_on_as_set() is False
+    assert host_path.MODULE is None
 
 
 def test_cpp_warns_where_the_path_cannot_be_on(monkeypatch, tmp_path):

@@ -670,6 +670,12 @@ def test_bench_resumes_a_run_cut_short(tmp_path):
     assert {r["shape"] for r in rows if r.get("case") == "shape-done"} == {"16x256", "8x512"}
     assert main(["--resume", str(out), "--budget-s", "60"]) == 0  # this call's own budget
     assert [json.loads(line) for line in out.read_text().splitlines()][1:] == rows[1:]
+    out.write_text("".join(json.dumps(r) + "\n" for r in cut))  # cut again: a budget of 0
+    assert main(["--resume", str(out), "--budget-s=0"]) == 0
+    again = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r for r in again if r.get("shape") == "8x512" and r.get("backend") == "all"] == [
+        {"backend": "all", "case": "all", "shape": "8x512", "status": "not-run",
+         "reason": "time budget (0 s)"}]  # fmt: skip
     with pytest.raises(SystemExit):
         main(["--resume", str(out), "--dtype", "fp16"])
     other = tmp_path / "other.jsonl"

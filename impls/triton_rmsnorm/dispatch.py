@@ -176,6 +176,7 @@ def table(device_index: int) -> Table:
     running tuning session's entries; only the session's under RMSNORM_TRITON_AUTOTUNE=0)."""
     found = _TABLES.get(device_index)
     if found is None:
+        generation = current_generation()
         with _TABLES_LOCK:
             found = Table()
             if not _HEURISTIC_ONLY:
@@ -185,7 +186,9 @@ def table(device_index: int) -> Table:
                     found = found.merged(_read(cache_path(name)))
             if _SESSION is not None:
                 found = found.merged(_SESSION.table)
-            _TABLES[device_index] = found
+            with STATE_LOCK:
+                if GENERATION[0] == generation:  # else the tables changed while it was read
+                    _TABLES[device_index] = found
     return found
 
 
@@ -203,14 +206,26 @@ ON_TUNING_START: list = []
 #: Counts the tables' changes: a call during which it moved (a tuning) is not recorded for
 #: replays (replays._record).
 GENERATION = [0]
+#: Held over a change (GENERATION's step, the caches' clearing and the ON_CHANGE hooks), over
+#: every read of GENERATION that a later store checks against, and over those stores (_TABLES,
+#: _LOOKUPS, and replays._record's replay and its registration): a store made from what was
+#: read before a change never lands after it.
+STATE_LOCK = threading.RLock()
+
+
+def current_generation() -> int:
+    """GENERATION now, never in the middle of a change."""
+    with STATE_LOCK:
+        return GENERATION[0]
 
 
 def _forget_lookups() -> None:
-    GENERATION[0] += 1
-    _TABLES.clear()
-    _LOOKUPS.clear()
-    for hook in ON_CHANGE:
-        hook()
+    with STATE_LOCK:
+        GENERATION[0] += 1
+        _TABLES.clear()
+        _LOOKUPS.clear()
+        for hook in ON_CHANGE:
+            hook()
 
 
 common.FACT_CACHES.append(_forget_lookups)  # the offers a lookup took depend on the facts
@@ -232,10 +247,13 @@ def lookup(direction: str, dtypes: tuple, residual: bool, n: int, m: int, device
         return _LOOKUPS[key]
     except KeyError:
         pass
+    generation = current_generation()
     entry = None
     if not _HEURISTIC_ONLY or _SESSION is not None:  # an explicit tuning session is read
         entry = table(device_index).lookup(entry_key(direction, dtypes, residual), n, m)
-    _LOOKUPS[key] = entry
+    with STATE_LOCK:
+        if GENERATION[0] == generation:  # else the tables changed during the lookup
+            _LOOKUPS[key] = entry
     return entry
 
 

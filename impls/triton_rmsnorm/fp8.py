@@ -174,6 +174,8 @@ def rmsnorm_fp8_forward(
     interpreting = launch.interpreting()
     if cast_in_kernel is None:
         cast_in_kernel = not interpreting
+    if split_tile not in (None, True, False):
+        raise TypeError(f"split_tile: expected True, False or None, got {split_tile!r}")
     if not clamp_before_cast and not cast_in_kernel:
         raise ValueError("clamp_before_cast=False needs the in-kernel cast (cast_in_kernel): "
                          "torch's conversion of the stored fp32 values does not saturate")  # fmt: skip

@@ -31,6 +31,9 @@ from typing import NamedTuple
 from .dispatch_table import TABLES_DIR, gpu_slug, write_atomically
 
 FORMAT = "rmsnorm-fp8-launch-table/1"
+#: A table holding split entries (tail_n): a reader of /1 only refuses it (the heuristic serves)
+#: rather than taking a split entry's configuration for the padded tile of the same BLOCK_N.
+SPLIT_FORMAT = "rmsnorm-fp8-launch-table/2"
 FP8_TABLES_DIR = TABLES_DIR / "fp8"
 SCALINGS = ("per_token", "per_tensor", "block")
 
@@ -80,14 +83,11 @@ class Fp8Entry(NamedTuple):
             if not isinstance(value, int) or value < 1 or value & (value - 1):
                 raise ValueError(f"{where}: {name} expected a power of two, got {value!r}")
         tail = entry.tail_n
-        if (
-            not isinstance(tail, int)
-            or tail < 0
-            or tail & (tail - 1)
-            or tail >= max(2, entry.block_n)
-        ):
-            raise ValueError(f"{where}: tail_n expected 0 or a power of two below block_n, "
-                             f"got {tail!r}")  # fmt: skip
+        smallest = 128 if entry.scaling == "block" else 1  # a whole group of block scales
+        bad = not isinstance(tail, int) or tail < 0 or tail & (tail - 1) or tail >= entry.block_n
+        if bad or 0 < tail < smallest:
+            raise ValueError(f"{where}: tail_n expected 0 or a power of two below block_n "
+                             f"({smallest} at least per block), got {tail!r}")  # fmt: skip
         return entry
 
 
@@ -98,8 +98,8 @@ def load(path: str | os.PathLike) -> dict[tuple[str, int, int, int], Fp8Entry]:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise ValueError(f"{where}: not JSON ({error})") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"{where}: expected format {FORMAT!r}")
+    if not isinstance(data, dict) or data.get("format") not in (FORMAT, SPLIT_FORMAT):
+        raise ValueError(f"{where}: expected format {FORMAT!r} or {SPLIT_FORMAT!r}")
     entries = [Fp8Entry.from_json(item, where) for item in data.get("entries", [])]
     return {e.key: e for e in entries}
 
@@ -107,8 +107,10 @@ def load(path: str | os.PathLike) -> dict[tuple[str, int, int, int], Fp8Entry]:
 def save(path: str | os.PathLike, gpu: str, entries, made_with: dict) -> None:
     """Write the table atomically (dispatch_table.write_atomically), one entry per line, sorted
     by key."""
-    rows = [json.dumps(e.to_json(), sort_keys=True) for e in sorted(entries, key=lambda e: e.key)]
-    head = json.dumps({"format": FORMAT, "gpu": gpu, "made_with": made_with})[:-1]
+    entries = sorted(entries, key=lambda e: e.key)
+    rows = [json.dumps(e.to_json(), sort_keys=True) for e in entries]
+    fmt = SPLIT_FORMAT if any(e.tail_n for e in entries) else FORMAT  # (SPLIT_FORMAT's note)
+    head = json.dumps({"format": fmt, "gpu": gpu, "made_with": made_with})[:-1]
     write_atomically(path, head + ', "entries": [\n' + ",\n".join(rows) + "\n]}\n")
 
 

@@ -137,7 +137,11 @@ def unavailable_reason(check_device: bool = True) -> str | None:
     if version not in TRITON_VERSIONS:
         return (f"Triton {triton.__version__}: its launcher's parameter packing is known for "
                 f"{', '.join(TRITON_VERSIONS)} only")  # fmt: skip
-    if not built_path().exists():
+    try:
+        built = built_path().exists()
+    except (OSError, RuntimeError) as error:  # no home directory, an unreadable build folder
+        return f"its build folder cannot be read ({error})"
+    if not built:
         return "not built for this torch and source: run python -m impls.triton_rmsnorm.build_host"
     return None
 

@@ -42,17 +42,13 @@ ON_FORGET: list = []
 #: path above). Under the interpreter a replay relaunches through Triton's path (there is no
 #: compiled kernel): the CPU tests cover replays' keys, arguments and allocations that way.
 _REPLAYABLE = os.environ.get("RMSNORM_TRITON_REPLAY", "1") != "0"
-#: Held while a replay is stored and its ON_RECORD listeners run, and while the replays are
-#: forgotten: a table change on another thread (dispatch.GENERATION moves, then forget) either
-#: comes before a recording's generation check, which then drops it, or forgets it after.
-_STORE_LOCK = threading.RLock()
 
 
 def forget() -> None:
     """Forget every recorded replay (and, through ON_FORGET, the C++ host path's entries).
     Replays hold the tables' choices of their time: forgotten when the tables change; tests
     start with none."""
-    with _STORE_LOCK:
+    with dispatch.STATE_LOCK:  # a store in progress ends first (_record)
         _REPLAYS.clear()
         for listener in ON_FORGET:
             listener()
@@ -92,7 +88,7 @@ def _record(key: tuple, call, args: tuple, launches: tuple, extra=None) -> None:
     outer_untuned = dispatch.left_untuned()
     _RECORDING.launches = recorded = []
     dispatch._ACTIVE.left_untuned = False
-    generation = dispatch.GENERATION[0]
+    generation = dispatch.current_generation()  # never mid-change: before it, or after
     try:
         call(*args)
     finally:
@@ -108,7 +104,7 @@ def _record(key: tuple, call, args: tuple, launches: tuple, extra=None) -> None:
     if len(replays) not in launches or None in replays:
         return
     configs = {launch[0].fn.__name__: launch[5] for launch in recorded if launch[5] is not None}
-    with _STORE_LOCK:
+    with dispatch.STATE_LOCK:  # a change on another thread is wholly before or after this
         if dispatch.GENERATION[0] != generation:
             return  # the tables changed on another thread since the call
         _REPLAYS[key] = (replays, configs, extra)
