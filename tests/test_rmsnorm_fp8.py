@@ -483,6 +483,40 @@ def test_the_split_tile_passes_the_oracle(shape, scaling, residual, fp8):
                              static_scale=scale, normalized=h))  # fmt: skip
 
 
+@pytest.mark.parametrize("scaling", ["per_token", "per_tensor", "block"])
+@pytest.mark.parametrize("fused", [False, True], ids=["apart", "amax_with_sum"])
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+def test_the_split_tile_one_row_a_tile_passes_the_oracle(monkeypatch, scaling, fused, residual):
+    """BLOCK_M 1 with a split tile takes a row's sums, rstd and scale as scalars (ROW_SCALARS),
+    so that the two tiles meet without a layout conversion: the same results, by the oracle."""
+    from impls.triton_rmsnorm import fp8 as fp8_op
+
+    block_n, tail_n = fp8_op.fp8_tiles(640, scaling, split=True)
+    monkeypatch.setitem(fp8_op.FP8_LAUNCH_TABLE, (scaling, block_n, 2, tail_n),
+                        {"BLOCK_M": 1, "num_warps": 4})  # fmt: skip
+    inp = _inputs((3, 640), seed=31, residual=residual)
+    scale = _static_scale(inp.x, inp.weight, E4) if scaling == "per_tensor" else None
+    r = inp.residual if residual else None
+    q, s, _rstd, h = fp8_op.rmsnorm_fp8_forward(inp.x, inp.weight, EPS, 0.0, scaling, scale, E4,
+                                                r, split_tile=True, amax_with_sum=fused)  # fmt: skip
+    used = scale if scaling == "per_tensor" else s
+    _assert_passes(check_fp8(q, used, inp.x, inp.weight, EPS, scaling=scaling, fp8_dtype=E4,
+                             static_scale=scale, normalized=h))  # fmt: skip
+
+
+def test_the_split_tile_one_row_a_tile_compiles_without_a_conversion():
+    """sm_90, 4608 = 4096 + 512 at 8 warps, w as a row: with a row's values as scalars no tile
+    goes through shared memory (the tail's layout differs from the main tile's)."""
+    from tests import sm90_compile_fp8
+
+    cases = [{"scaling": s, "n": 4608, "warps": 8, "fp8": "fp8e4nv", "x": "bf16",
+              "residual": False, "reciprocal": True, "tail": 512, "w_as_row": True}
+             for s in (0, 1, 2)]  # fmt: skip
+    for case, found in zip(cases, sm90_compile_fp8.run(cases), strict=True):
+        assert found["shared bytes"] <= 1024, (case, found)
+        assert found["cvt e4m3x2"] == (4096 + 512) // 256 // 2, (case, found)
+
+
 @pytest.mark.parametrize("scaling", ["per_token", "block"])
 def test_the_split_tile_carries_a_nan_in_the_tail_to_its_whole_row(scaling):
     from impls.triton_rmsnorm.fp8 import rmsnorm_fp8_forward

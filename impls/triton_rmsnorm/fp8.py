@@ -217,6 +217,7 @@ def rmsnorm_fp8_forward(
                 ROWS_CONTIGUOUS=all(t.stride(0) == n for t in (x, q, r_arg, h_arg)),
                 RECIPROCAL=reciprocal, SATURATE=clamp_before_cast, TAIL_N=tail_n,
                 AMAX_WITH_SUM=amax_with_sum and scaling == "per_token", W_AS_ROW=w_as_row,
+                ROW_SCALARS=block_m == 1 and tail_n > 0,
                 W_EARLY=common.loads_w_early(programs, x.device), **common.pdl_switches(x.device),
             )  # fmt: skip
     return _converted(q, fp8_dtype, cast_in_kernel), scales, rstd, h

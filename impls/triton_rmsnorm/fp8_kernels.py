@@ -67,6 +67,53 @@ def _tile_source(X, R, H, rows, cols, mask, stride_x_row, stride_r_row, stride_h
 
 
 @triton.jit
+def _row_sum(v, SCALAR: tl.constexpr):
+    """v summed across each row: [BLOCK_M] values, or (SCALAR, one row a tile) a scalar, in no
+    layout, which the two tiles of a split row combine without converting either."""
+    if SCALAR:  # noqa: SIM108 (a constexpr branch: one side is built)
+        total = tl.sum(v)
+    else:
+        total = tl.sum(v, axis=1)
+    return total
+
+
+@triton.jit
+def _row_amax(v, SCALAR: tl.constexpr):
+    """max |v| across each row (NaN propagates), as _row_sum shapes it."""
+    if SCALAR:
+        amax = tl.reduce(tl.abs(v), None, _max_propagating_nan)
+    else:
+        amax = tl.reduce(tl.abs(v), 1, _max_propagating_nan)
+    return amax
+
+
+@triton.jit
+def _row_sum_and_amax(a, b, SCALAR: tl.constexpr):
+    """(sum a, max |b|) across each row in one reduction, as _row_sum shapes it."""
+    total, amax = tl.reduce((a, tl.abs(b)), 1, _sum_and_max)
+    if SCALAR:  # the one row's values to scalars (axis None: Triton's interpreter refuses tuples)
+        total, amax = tl.reduce((total, amax), 0, _sum_and_max)
+    return total, amax
+
+
+@triton.jit
+def _column(v, SCALAR: tl.constexpr):
+    """A per-row value broadcast along the row."""
+    if SCALAR:  # noqa: SIM108 (a constexpr branch: one side is built)
+        column = v
+    else:
+        column = v[:, None]
+    return column
+
+
+@triton.jit
+def _store_per_row(ptrs, v, row_mask, BLOCK_M: tl.constexpr, SCALAR: tl.constexpr):
+    if SCALAR:
+        v = v + tl.zeros([BLOCK_M], tl.float32)
+    tl.store(ptrs, v, mask=row_mask)
+
+
+@triton.jit
 def _weight_row(W, cols, N, AS_ROW: tl.constexpr):
     """w over cols as a [1, WIDTH] row: loaded as that row, in x's layout (AS_ROW), or as a
     vector in a layout of its own, then broadcast (Triton converts it through shared memory
@@ -142,6 +189,8 @@ def rmsnorm_fp8_fwd_kernel(
     TAIL_N: tl.constexpr = 0,  # > 0: columns BLOCK_N.. in a second tile of TAIL_N (see below)
     AMAX_WITH_SUM: tl.constexpr = False,  # per token: the amax in the sum's reduction (below)
     W_AS_ROW: tl.constexpr = False,  # load w as a [1, BLOCK_N] row in x's layout (_weight_row)
+    ROW_SCALARS: tl.constexpr = False,  # BLOCK_M 1 and TAIL_N: a row's values as scalars
+    # (_row_sum): the two tiles' sums then meet without converting a tile between layouts
 ):
     """RECIPROCAL divides once per scale (a row, a block, the tensor) and multiplies each
     element: rn(y * rn(1 / s)) is within 2 roundings (2**-23 relative) of y / s, so a code can
@@ -204,52 +253,58 @@ def rmsnorm_fp8_fwd_kernel(
         else:
             w = _weight_row(W, cols, N, W_AS_ROW).to(tl.float32) + offset
         xw = x * w
-        sum_sq, amax_xw = tl.reduce((x * x, tl.abs(xw)), 1, _sum_and_max)
+        sum_sq, amax_xw = _row_sum_and_amax(x * x, xw, ROW_SCALARS)
         if TAIL_N > 0:
             if W_EARLY:
                 w_tail = w_tail_early.to(tl.float32) + offset
             else:
                 w_tail = _weight_row(W, tail_cols, N, W_AS_ROW).to(tl.float32) + offset
             xw_tail = x_tail * w_tail
-            tail_sum, tail_amax = tl.reduce((x_tail * x_tail, tl.abs(xw_tail)), 1, _sum_and_max)
+            tail_sum, tail_amax = _row_sum_and_amax(x_tail * x_tail, xw_tail, ROW_SCALARS)
             sum_sq += tail_sum
             amax_xw = _max_propagating_nan(amax_xw, tail_amax)
         rstd = 1.0 / tl.sqrt_rn(sum_sq / N + eps)
-        y = xw * rstd[:, None]
+        y = xw * _column(rstd, ROW_SCALARS)
         if TAIL_N > 0:
-            y_tail = xw_tail * rstd[:, None]
+            y_tail = xw_tail * _column(rstd, ROW_SCALARS)
     else:
-        sum_sq = tl.sum(x * x, axis=1)
-        if TAIL_N > 0:
-            sum_sq += tl.sum(x_tail * x_tail, axis=1)
+        if ROW_SCALARS:
+            sum_sq = _row_sum(x * x, True) + _row_sum(x_tail * x_tail, True)
+        else:
+            sum_sq = tl.sum(x * x, axis=1)
+            if TAIL_N > 0:
+                sum_sq += tl.sum(x_tail * x_tail, axis=1)
         mean_sq = sum_sq / N
         rstd = 1.0 / tl.sqrt_rn(mean_sq + eps)
         if W_EARLY:
             w = w_early.to(tl.float32) + offset
         else:
             w = _weight_row(W, cols, N, W_AS_ROW).to(tl.float32) + offset
-        y = x * rstd[:, None] * w
+        y = x * _column(rstd, ROW_SCALARS) * w
         if TAIL_N > 0:
             if W_EARLY:
                 w_tail = w_tail_early.to(tl.float32) + offset
             else:
                 w_tail = _weight_row(W, tail_cols, N, W_AS_ROW).to(tl.float32) + offset
-            y_tail = x_tail * rstd[:, None] * w_tail
+            y_tail = x_tail * _column(rstd, ROW_SCALARS) * w_tail
     if SCALING == 0:
         if AMAX_WITH_SUM:
             amax = amax_xw * rstd  # = max|y|: rn is monotonic and rstd > 0
         else:
-            amax = tl.reduce(tl.abs(y), 1, _max_propagating_nan)
+            amax = _row_amax(y, ROW_SCALARS)
             if TAIL_N > 0:
-                amax = _max_propagating_nan(amax, tl.reduce(tl.abs(y_tail), 1,
-                                                            _max_propagating_nan))  # fmt: skip
+                amax = _max_propagating_nan(amax, _row_amax(y_tail, ROW_SCALARS))
         scale = _dynamic_scale(amax, FP8_MAX)
-        tl.store(SCALES + rows * stride_s_row, scale, mask=row_mask)
+        _store_per_row(SCALES + rows * stride_s_row, scale, row_mask, BLOCK_M, ROW_SCALARS)
         if RECIPROCAL:  # scale >= FLT_MIN: 1 / scale <= 2**126, finite (or NaN with the scale)
-            inverse = tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)[:, None]
+            inverse = _column(tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale),
+                              ROW_SCALARS)  # fmt: skip
             v = y * inverse
             if TAIL_N > 0:
                 v_tail = y_tail * inverse
+        elif ROW_SCALARS:
+            v = tl.math.div_rn(y, tl.full(y.shape, 0.0, tl.float32) + scale)
+            v_tail = tl.math.div_rn(y_tail, tl.full(y_tail.shape, 0.0, tl.float32) + scale)
         else:
             v = tl.math.div_rn(y, scale[:, None])
             if TAIL_N > 0:
@@ -280,7 +335,7 @@ def rmsnorm_fp8_fwd_kernel(
     if TAIL_N > 0:
         _store_codes(v_tail, Q, rows, tail_cols, tail_mask, stride_q_row, FP8_MAX,
                      CAST_IN_KERNEL, SATURATE)  # fmt: skip
-    tl.store(RSTD + rows, rstd, mask=row_mask)
+    _store_per_row(RSTD + rows, rstd, row_mask, BLOCK_M, ROW_SCALARS)
 
 
 @triton.jit
