@@ -38,7 +38,8 @@ recorded.
 The sm_90 PTX a thread at 4608 columns, 8 warps (tests/sm90_compile_fp8.py; the full table is
 in docs/perf-log.md, thirty-third session): per token 740 instructions, 7 barriers and 8 KB of
 shared memory (the product); 489, 3 and 32 B without the clamp and with w as a row; 357, 5 and
-64 B with all four switches. Per tensor 591, 5, 8 KB -> 439, 1, 32 B (no clamp, w as a row).
+64 B with all four switches. Per tensor 591, 5, 8 KB -> 439, 1, 32 B (no clamp, w as a row)
+-> 303, 3, 32 B (and the split tile, one row a tile: its row values as scalars).
 
 Prediction: without the clamp, 0.80-0.90 of the product's time at the padded widths (16384 x
 4608-7168); no change at 4096 and 8192 (bound by memory). Split and without the clamp, per
