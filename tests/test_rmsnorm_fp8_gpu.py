@@ -152,3 +152,61 @@ def test_cuda_graph_capture_replays_forward_and_backward():
     assert torch.equal(q.view(torch.uint8), q1.view(torch.uint8)) and torch.equal(s, s1)
     want = _straight_through_grads(x.detach(), w.detach(), inp.dy, "block")
     assert torch.equal(dx, want[0]) and torch.equal(dw, want[1])
+
+
+# ---- the forward's switches (experiments/fp8_padded_tile_ab.py times them) ----------------------
+
+#: Widths whose tile is padded (4608, 5120, 640: the split tile applies) and powers of two.
+SWITCH_SHAPES = [(64, 4608), (33, 640), (8, 8192), (1, 5120)]
+
+
+@pytest.mark.parametrize("fp8", list(FP8))
+@pytest.mark.parametrize("scaling", ["per_token", "per_tensor", "block"])
+@pytest.mark.parametrize("shape", SWITCH_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_the_clamp_left_to_the_cast_and_w_as_a_row_keep_the_products_bits(shape, scaling, fp8):
+    """clamp_before_cast=False (cvt.rn.satfinite clamps) and w_as_row=True (w in x's layout)
+    change no arithmetic: codes and scales bitwise the product's, NaN and saturation included."""
+    fp8_dtype = FP8[fp8]
+    inp = make_inputs(shape, torch.bfloat16, "cuda", seed=shape[1] + 3)
+    x = inp.x
+    if shape[0] > 2:
+        x[0, 0] = float("nan")
+    scale = _scale(x[1:] if shape[0] > 2 else x, inp.weight, fp8_dtype, 0.5)
+    scale = scale if scaling == "per_tensor" else None  # half the amax: saturates
+    args = (x, inp.weight, EPS, 0.0, scaling, scale, fp8_dtype)
+    q, s, rstd, _ = rmsnorm_fp8_forward(*args, split_tile=False)
+    for switches in ({"clamp_before_cast": False}, {"w_as_row": True},
+                     {"clamp_before_cast": False, "w_as_row": True}):  # fmt: skip
+        q2, s2, rstd2, _ = rmsnorm_fp8_forward(*args, split_tile=False, **switches)
+        assert torch.equal(q2.view(torch.uint8), q.view(torch.uint8)), switches
+        assert s is None or _same(s2, s), switches
+        assert _same(rstd2, rstd), switches
+
+
+@pytest.mark.parametrize("fp8", ["e4m3"])
+@pytest.mark.parametrize("scaling", ["per_token", "per_tensor", "block"])
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize("shape", SWITCH_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_the_split_tile_and_the_amax_with_the_sum_match_the_oracle(shape, residual, scaling,
+                                                                    fp8):  # fmt: skip
+    """split_tile=True and (per token) amax_with_sum=True sum or multiply in another order:
+    judged by the oracle, with and without the residual add, at both formats."""
+    fp8_dtype = FP8[fp8]
+    inp = make_inputs(shape, torch.bfloat16, "cuda", seed=shape[1] + 5, with_residual=residual)
+    scale = _scale(inp.x, inp.weight, fp8_dtype, 1.0) if scaling == "per_tensor" else None
+    r = inp.residual if residual else None
+    variants = [{"split_tile": True}, {"split_tile": True, "clamp_before_cast": False,
+                                       "w_as_row": True}]  # fmt: skip
+    if scaling == "per_token":
+        variants += [{"amax_with_sum": True}, {"split_tile": True, "amax_with_sum": True,
+                                               "clamp_before_cast": False, "w_as_row": True}]  # fmt: skip
+    for switches in variants:
+        q, s, _rstd, h = rmsnorm_fp8_forward(inp.x, inp.weight, EPS, 0.0, scaling, scale,
+                                             fp8_dtype, r, **switches)  # fmt: skip
+        reports = check_fp8(q, scale if s is None else s, inp.x, inp.weight, EPS,
+                            scaling=scaling, fp8_dtype=fp8_dtype, static_scale=scale,
+                            normalized=h)  # fmt: skip
+        assert all(rep.passed for rep in reports), (
+            switches,
+            "; ".join(rep.summary() for rep in reports),
+        )
