@@ -25,7 +25,7 @@ inputs), at 16384 x {4096, 4608, 5120, 5376, 6144, 7168, 8192}, 2048 x {4608, 51
 - w loaded as a [1, BLOCK_N] row in x's layout (w_as_row; the same arithmetic, so its codes
   should equal the product's bit for bit). Loaded as a vector, w takes a layout of its own and
   Triton converts it through shared memory: at 8192 columns, 8 warps, 8 KB and 4 barriers a
-  row in the sm_90 PTX (per tensor 5 barriers -> 1, per token 7 -> 3);
+  row in the sm_90 PTX (Triton 3.6: per tensor 6 barriers -> 2, per token 9 -> 5);
 - per token, the amax in the sum of squares' reduction (amax_with_sum: one cross-warp reduction
   instead of two; y's product in another order, so only the oracle judges it), alone and with
   the two above;
@@ -35,18 +35,18 @@ inputs), at 16384 x {4096, 4608, 5120, 5376, 6144, 7168, 8192}, 2048 x {4608, 51
 Each variant also passes the fp8 oracle first. Registers and spills of each compiled kernel are
 recorded.
 
-The sm_90 PTX a thread at 4608 columns, 8 warps (tests/sm90_compile_fp8.py; the full table is
-in docs/perf-log.md, thirty-third session): per token 740 instructions, 7 barriers and 8 KB of
-shared memory (the product); 489, 3 and 32 B without the clamp and with w as a row; 357, 5 and
-64 B with all four switches. Per tensor 591, 5, 8 KB -> 439, 1, 32 B (no clamp, w as a row)
--> 303, 3, 32 B (and the split tile, one row a tile: its row values as scalars).
+The sm_90 PTX a thread at 4608 columns, 8 warps, as Triton 3.6 compiles it (tests/sm90_compile_fp8.py;
+the full table is in docs/perf-log.md, thirty-third session): per token 732 instructions, 9
+barriers and 8 KB of shared memory (the product); 481, 5 and 32 B without the clamp and with w
+as a row; 355, 5 and 64 B with all four switches. Per tensor 583, 6, 8 KB -> 431, 2, 32 B (no
+clamp, w as a row) -> 302, 5, 32 B (and the split tile, one row a tile).
 
 Prediction: without the clamp, 0.80-0.90 of the product's time at the padded widths (16384 x
 4608-7168); no change at 4096 and 8192 (bound by memory). Split and without the clamp, per
 token and per tensor at 16384 x 4608: near the bytes' time (~60 µs, FlashInfer's 59); per block
 less gain (a worse tail). The amax with the sum, per token: toward the per-tensor time at the
 same shape (16384 x 8192: 127 -> ~114 µs; per tensor 113.6), since one of its two cross-warp
-reductions goes (sm_90 PTX at 8192 columns, 8 warps: 7 -> 6 barriers; split at 4608: 23 -> 7).
+reductions goes (sm_90 PTX, Triton 3.9, at 8192 columns and 8 warps: 7 -> 6 barriers).
 
     PYTHONPATH=. python experiments/fp8_padded_tile_ab.py OUT.json [--quick]
 """
