@@ -16,7 +16,8 @@ the clamp, and the kernel falls to 463-527 instructions.
 
 Timed here, one process, device-only (harness.fp8_bench's timer: a CUDA graph over rotating
 inputs), at 16384 x {4096, 4608, 5120, 5376, 6144, 7168, 8192}, 2048 x {4608, 5120} and
-1 x 4608, per token, per tensor and per 1x128 block:
+1 x {2048, 4608, 8192} (one row: latency, where per token's second reduction shows; run 76 had
+per token 1.64x the plain forward at 1 x 2048), per token, per tensor and per 1x128 block:
 - the product's call (its fp8 launch table);
 - the same with the clamp left to the cast: its codes and scales should equal the product's bit
   for bit (bitwise_as_product says whether they do);
@@ -63,7 +64,7 @@ from harness.oracle_fp8 import check_fp8
 from impls.triton_rmsnorm import direct, fp8, fp8_kernels, replays, rmsnorm
 
 SHAPES = [(16384, n) for n in (4096, 4608, 5120, 5376, 6144, 7168, 8192)]
-SHAPES += [(2048, 4608), (2048, 5120), (1, 4608)]
+SHAPES += [(2048, 4608), (2048, 5120), (1, 4608), (1, 2048), (1, 8192)]  # M = 1: two reductions
 SCALINGS = ("per_token", "per_tensor", "block")
 CONFIGS = [(bm, nw) for bm in (1, 2) for nw in (4, 8, 16, 32)]
 EPS = 1e-6
