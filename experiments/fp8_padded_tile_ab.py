@@ -49,7 +49,11 @@ less gain (a worse tail). The amax with the sum, per token: toward the per-tenso
 same shape (16384 x 8192: 127 -> ~114 µs; per tensor 113.6), since one of its two cross-warp
 reductions goes (sm_90 PTX, Triton 3.9, at 8192 columns and 8 warps: 7 -> 6 barriers).
 
-    PYTHONPATH=. python experiments/fp8_padded_tile_ab.py OUT.json [--quick]
+    PYTHONPATH=. python experiments/fp8_padded_tile_ab.py OUT.json [--quick] [--shapes MxN ...]
+
+Each shape compiles its own kernels (N is a compile-time constant): about 25 s a shape, and
+the configuration sweep (SWEEP_SHAPES only; --quick skips it) about 60 s more for each of
+those. --shapes runs a subset, so the probe can be spread over calls.
 """
 
 from __future__ import annotations
@@ -67,6 +71,8 @@ SHAPES = [(16384, n) for n in (4096, 4608, 5120, 5376, 6144, 7168, 8192)]
 SHAPES += [(2048, 4608), (2048, 5120), (1, 4608), (1, 2048), (1, 8192)]  # M = 1: two reductions
 SCALINGS = ("per_token", "per_tensor", "block")
 CONFIGS = [(bm, nw) for bm in (1, 2) for nw in (4, 8, 16, 32)]
+#: The configuration sweep runs at these shapes only (a padded tile, and a power of two).
+SWEEP_SHAPES = [(16384, 4608), (16384, 8192)]
 EPS = 1e-6
 E4 = torch.float8_e4m3fn
 
@@ -160,10 +166,10 @@ def _flashinfer_static():
         return None
 
 
-def main(out_path: str, quick: bool = False) -> None:
+def main(out_path: str, quick: bool = False, shapes: list | None = None) -> None:
     rows, references = [], {}
     flashinfer = _flashinfer_static()
-    for shape in SHAPES:
+    for shape in shapes or SHAPES:
         sets, _ = _sets(shape, torch.bfloat16, EPS, False, E4)
         label = f"{shape[0]}x{shape[1]}"
         scale = _static_scale(sets[0].x, sets[0].weight, EPS, E4)
@@ -179,7 +185,7 @@ def main(out_path: str, quick: bool = False) -> None:
             rows.append(product)
             variants = [(knobs, None) for knobs in SWITCHES
                         if scaling == "per_token" or "amax_with_sum" not in knobs]  # fmt: skip
-            if not quick:
+            if not quick and shape in SWEEP_SHAPES:
                 variants += [(knobs, c) for c in CONFIGS
                              for knobs in ({}, {"clamp_before_cast": False, "split_tile": True})]  # fmt: skip
             for knobs, config in variants:
@@ -209,4 +215,9 @@ def main(out_path: str, quick: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], quick="--quick" in sys.argv[2:])
+    argv = sys.argv[2:]
+    chosen = None
+    if "--shapes" in argv:
+        chosen = [tuple(int(v) for v in text.lower().split("x"))
+                  for text in argv[argv.index("--shapes") + 1:] if not text.startswith("--")]  # fmt: skip
+    main(sys.argv[1], quick="--quick" in argv, shapes=chosen)
