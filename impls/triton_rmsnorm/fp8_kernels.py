@@ -124,6 +124,17 @@ def _weight_row(W, cols, N, AS_ROW: tl.constexpr):
 
 
 @triton.jit
+def _weight(W, cols, N, offset, early, EARLY: tl.constexpr, AS_ROW: tl.constexpr):
+    """offset + w over cols in fp32, as a [1, WIDTH] row: from the row loaded early (EARLY:
+    _weight_row's, issued with x), else loaded here."""
+    if EARLY:  # noqa: SIM108 (a constexpr branch: one side is built)
+        w = early
+    else:
+        w = _weight_row(W, cols, N, AS_ROW)
+    return w.to(tl.float32) + offset
+
+
+@triton.jit
 def _block_values(y, rows, row_mask, first_group, SCALES, stride_s_row, stride_s_col, N,
                   FP8_MAX: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr,
                   WIDTH: tl.constexpr, RECIPROCAL: tl.constexpr):  # fmt: skip
@@ -238,6 +249,8 @@ def rmsnorm_fp8_fwd_kernel(
         tail_mask = row_mask[:, None] & (tail_cols < N)[None, :]
     else:
         mask = row_mask[:, None] & (cols < N)[None, :]
+    w_early = None
+    w_tail_early = None
     if W_EARLY:  # as kernels.rmsnorm_fwd_kernel's: no other program hides w's latency
         w_early = _weight_row(W, cols, N, W_AS_ROW)
         if TAIL_N > 0:
@@ -248,17 +261,11 @@ def rmsnorm_fp8_fwd_kernel(
         x_tail = _tile_source(X, R, H, rows, tail_cols, tail_mask, stride_x_row, stride_r_row,
                               stride_h_row, HAS_RESIDUAL)  # fmt: skip
     if AMAX_WITH_SUM:  # w first: x * w enters the reduction
-        if W_EARLY:
-            w = w_early.to(tl.float32) + offset
-        else:
-            w = _weight_row(W, cols, N, W_AS_ROW).to(tl.float32) + offset
+        w = _weight(W, cols, N, offset, w_early, W_EARLY, W_AS_ROW)
         xw = x * w
         sum_sq, amax_xw = _row_sum_and_amax(x * x, xw, ROW_SCALARS)
         if TAIL_N > 0:
-            if W_EARLY:
-                w_tail = w_tail_early.to(tl.float32) + offset
-            else:
-                w_tail = _weight_row(W, tail_cols, N, W_AS_ROW).to(tl.float32) + offset
+            w_tail = _weight(W, tail_cols, N, offset, w_tail_early, W_EARLY, W_AS_ROW)
             xw_tail = x_tail * w_tail
             tail_sum, tail_amax = _row_sum_and_amax(x_tail * x_tail, xw_tail, ROW_SCALARS)
             sum_sq += tail_sum
@@ -276,16 +283,10 @@ def rmsnorm_fp8_fwd_kernel(
                 sum_sq += tl.sum(x_tail * x_tail, axis=1)
         mean_sq = sum_sq / N
         rstd = 1.0 / tl.sqrt_rn(mean_sq + eps)
-        if W_EARLY:
-            w = w_early.to(tl.float32) + offset
-        else:
-            w = _weight_row(W, cols, N, W_AS_ROW).to(tl.float32) + offset
+        w = _weight(W, cols, N, offset, w_early, W_EARLY, W_AS_ROW)
         y = x * _column(rstd, ROW_SCALARS) * w
         if TAIL_N > 0:
-            if W_EARLY:
-                w_tail = w_tail_early.to(tl.float32) + offset
-            else:
-                w_tail = _weight_row(W, tail_cols, N, W_AS_ROW).to(tl.float32) + offset
+            w_tail = _weight(W, tail_cols, N, offset, w_tail_early, W_EARLY, W_AS_ROW)
             y_tail = x_tail * _column(rstd, ROW_SCALARS) * w_tail
     if SCALING == 0:
         if AMAX_WITH_SUM:
