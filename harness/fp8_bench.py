@@ -325,16 +325,12 @@ def _rank_stored(parser, path: Path) -> int:
 
 def _fp8_table() -> dict | None:
     """The fp8 launch table our op read in this run: its file and sha256 (None: no table)."""
-    import hashlib
-
     if not torch.cuda.is_available():
         return None
+    from harness.provenance import table_record
     from impls.triton_rmsnorm import common, fp8_table
 
-    path = fp8_table.committed_path(common.gpu_name(torch.cuda.current_device()))
-    if not path.exists():
-        return None
-    return {"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()[:16]}
+    return table_record(fp8_table.committed_path(common.gpu_name(torch.cuda.current_device())))
 
 
 #: The options a run records ("config" in its provenance) and --resume takes back.
@@ -377,10 +373,7 @@ def _resume(parser, args):
 def _check_same_run(parser, stored: dict, info: dict) -> None:
     from harness.provenance import run_differences
 
-    what = run_differences(stored, info)  # flashinfer's version is among the versions
-    if stored.get("fp8_table") != info.get("fp8_table"):
-        what = ", ".join(filter(None, [what, f"fp8_table {stored.get('fp8_table')!r} there, "
-                                             f"{info.get('fp8_table')!r} here"]))  # fmt: skip
+    what = run_differences(stored, info, ("fp8_table",))  # flashinfer's among the versions
     if what:
         parser.error(f"argument --resume: not the same run ({what}); start a new one")
 
@@ -397,9 +390,7 @@ def _print_table(rows):
                   f"{r['status']}: {r.get('reason') or r.get('oracle', '')} | | | | |")  # fmt: skip
             continue
         copy = plain.get((r["shape"], "copy"))
-        fwd = (
-            plain.get((r["shape"], "triton-add")) if r["case"].endswith("+res") else None
-        ) or plain.get((r["shape"], "triton"))
+        fwd, _without_residual = fp8_ranking.plain_forward(plain, r["shape"], r["case"])
         pct = f"{100 * r['gbps'] / copy['gbps']:.0f}" if copy else ""
         ratio = f"{r['ms'] / fwd['ms']:.2f}" if fwd and r["mode"] == "fwd" else ""
         verdict = "ok" if r.get("oracle_passed") else f"FAIL {r.get('oracle', '')}"

@@ -35,6 +35,19 @@ def _shape_key(shape: str) -> tuple[int, int]:
     return int(m), int(n)
 
 
+def plain_forward(plain: dict, shape: str, case: str) -> tuple[dict | None, bool]:
+    """(our plain forward's row that a case's forward is held against, whether it lacks the
+    case's residual add): the plain forward with the add for a +res case, falling back to the
+    one without (rows written before the bench timed the add); plain: (shape, backend) -> row."""
+    if not case.endswith("+res"):
+        return plain.get((shape, PLAIN)), False
+    with_add = plain.get((shape, PLAIN_RESIDUAL))
+    if with_add is not None:
+        return with_add, False
+    base = plain.get((shape, PLAIN))
+    return base, base is not None
+
+
 def rank(rows: list[dict]) -> list[dict]:
     """One dict per (case, mode) ours ran: the figures above. Where the rows mark finished
     shapes ("shape-done"), a shape cut short is left out."""
@@ -72,11 +85,8 @@ def rank(rows: list[dict]) -> list[dict]:
         else:
             line["ahead"] += 1  # no passing peer ran the case here
         if mode == "fwd":
-            residual = case.endswith("+res")
-            base = plain.get((shape, PLAIN_RESIDUAL if residual else PLAIN))
-            if base is None and residual:
-                base = plain.get((shape, PLAIN))
-                line["plain_without_residual"] |= base is not None
+            base, without_residual = plain_forward(plain, shape, case)
+            line["plain_without_residual"] |= without_residual
             if base is not None:
                 line["plain_ratios"].append((ours["ms"] / base["ms"], shape))
         copy = plain.get((shape, "copy"))

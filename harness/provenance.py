@@ -46,10 +46,11 @@ SAME_RUN = (
 )
 
 
-def run_differences(stored: dict, here: dict) -> str:
-    """'' when the two provenance records agree on SAME_RUN, else what differs, in words."""
-    return ", ".join(f"{k} {stored.get(k)!r} there, {here.get(k)!r} here" for k in SAME_RUN
-                     if stored.get(k) != here.get(k))  # fmt: skip
+def run_differences(stored: dict, here: dict, extra: tuple = ()) -> str:
+    """'' when the two provenance records agree on SAME_RUN and extra (a harness's own keys),
+    else what differs, in words."""
+    return ", ".join(f"{k} {stored.get(k)!r} there, {here.get(k)!r} here"
+                     for k in (*SAME_RUN, *extra) if stored.get(k) != here.get(k))  # fmt: skip
 
 
 def _host_path() -> str:
@@ -102,12 +103,20 @@ def _dispatch_table(gpu_name: str) -> dict | None:
     table, the heuristic serves every call)."""
     from impls.triton_rmsnorm import dispatch_table
 
-    path = dispatch_table.committed_table_path(gpu_name)
+    return table_record(dispatch_table.committed_table_path(gpu_name), b'"direction"')
+
+
+def table_record(path, entry_marker: bytes | None = None) -> dict | None:
+    """A committed table's file name and sha256 (its first 16 hex digits) for a run's
+    provenance, with its entry count where entry_marker names the bytes each entry holds once;
+    None where there is no such file."""
     if not path.exists():
         return None
     data = path.read_bytes()
-    return {"file": path.name, "sha256": hashlib.sha256(data).hexdigest()[:16],
-            "entries": data.count(b'"direction"')}  # fmt: skip
+    record = {"file": path.name, "sha256": hashlib.sha256(data).hexdigest()[:16]}
+    if entry_marker is not None:
+        record["entries"] = data.count(entry_marker)
+    return record
 
 
 def _nvidia_smi(field: str) -> str | None:
