@@ -59,6 +59,7 @@ those. --shapes runs a subset, so the probe can be spread over calls.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import torch
@@ -201,6 +202,7 @@ def main(out_path: str, quick: bool = False, shapes: list | None = None) -> None
                 timed = f"{us:8.1f} us" if us else r.get("error", "not timed")
                 ratio = f"{us / product['us']:.3f}" if us and product.get("us") else "-"
                 print(f"{label:>11} {scaling:<10} clamp={r['clamp_before_cast']!s:<5} "
+                      f"w_as_row={r['w_as_row']!s:<5} "
                       f"amax_with_sum={r['amax_with_sum']!s:<5} tiles={r['tiles']} {r['config']} table={r['table']!s:<5} "
                       f"regs={r.get('n_regs')} "
                       f"spills={r.get('n_spills')} "
@@ -209,9 +211,10 @@ def main(out_path: str, quick: bool = False, shapes: list | None = None) -> None
         print(label, references[label], flush=True)
         del sets
         torch.cuda.empty_cache()
-    with open(out_path, "w") as out:
-        json.dump({"gpu": torch.cuda.get_device_name(0), "references": references, "rows": rows,
-                   "kernel": fp8_kernels.rmsnorm_fp8_fwd_kernel.fn.__name__}, out, indent=1)  # fmt: skip
+        with open(out_path, "w") as out:  # after every shape: a call cut short keeps what ran
+            json.dump({"gpu": torch.cuda.get_device_name(0), "references": references,
+                       "rows": rows, "commit": os.environ.get("RMSNORM_BENCH_COMMIT"),
+                       "kernel": fp8_kernels.rmsnorm_fp8_fwd_kernel.fn.__name__}, out, indent=1)  # fmt: skip
 
 
 if __name__ == "__main__":
