@@ -164,8 +164,9 @@ SWITCH_SHAPES = [(64, 4608), (33, 640), (8, 8192), (1, 5120)]
 @pytest.mark.parametrize("scaling", ["per_token", "per_tensor", "block"])
 @pytest.mark.parametrize("shape", SWITCH_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_the_clamp_left_to_the_cast_and_w_as_a_row_keep_the_products_bits(shape, scaling, fp8):
-    """clamp_before_cast=False (cvt.rn.satfinite clamps) and w_as_row=True (w in x's layout)
-    change no arithmetic: codes and scales bitwise the product's, NaN and saturation included."""
+    """The defaults leave the clamp to the cast (cvt.rn.satfinite clamps) and load w in x's
+    layout; the earlier forms (clamp_before_cast=True, w_as_row=False) change no arithmetic:
+    codes and scales bitwise the default's, NaN and saturation included."""
     fp8_dtype = FP8[fp8]
     inp = make_inputs(shape, torch.bfloat16, "cuda", seed=shape[1] + 3)
     x = inp.x
@@ -175,8 +176,8 @@ def test_the_clamp_left_to_the_cast_and_w_as_a_row_keep_the_products_bits(shape,
     scale = scale if scaling == "per_tensor" else None  # half the amax: saturates
     args = (x, inp.weight, EPS, 0.0, scaling, scale, fp8_dtype)
     q, s, rstd, _ = rmsnorm_fp8_forward(*args, split_tile=False)
-    for switches in ({"clamp_before_cast": False}, {"w_as_row": True},
-                     {"clamp_before_cast": False, "w_as_row": True}):  # fmt: skip
+    for switches in ({"clamp_before_cast": True}, {"w_as_row": False},
+                     {"clamp_before_cast": True, "w_as_row": False}):  # fmt: skip
         q2, s2, rstd2, _ = rmsnorm_fp8_forward(*args, split_tile=False, **switches)
         assert torch.equal(q2.view(torch.uint8), q.view(torch.uint8)), switches
         assert s is None or _same(s2, s), switches
@@ -189,17 +190,18 @@ def test_the_clamp_left_to_the_cast_and_w_as_a_row_keep_the_products_bits(shape,
 @pytest.mark.parametrize("shape", SWITCH_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_the_split_tile_and_the_amax_with_the_sum_match_the_oracle(shape, residual, scaling,
                                                                     fp8):  # fmt: skip
-    """split_tile=True and (per token) amax_with_sum=True sum or multiply in another order:
-    judged by the oracle, with and without the residual add, at both formats."""
+    """split_tile=True and (per token) amax_with_sum (the default) against its earlier form
+    sum or multiply in another order: judged by the oracle, with and without the residual add,
+    with the earlier forms of the other switches too."""
     fp8_dtype = FP8[fp8]
     inp = make_inputs(shape, torch.bfloat16, "cuda", seed=shape[1] + 5, with_residual=residual)
     scale = _scale(inp.x, inp.weight, fp8_dtype, 1.0) if scaling == "per_tensor" else None
     r = inp.residual if residual else None
-    variants = [{"split_tile": True}, {"split_tile": True, "clamp_before_cast": False,
-                                       "w_as_row": True}]  # fmt: skip
+    earlier = {"clamp_before_cast": True, "w_as_row": False, "amax_with_sum": False}
+    variants = [{"split_tile": True}, {"split_tile": True, **earlier}]
     if scaling == "per_token":
-        variants += [{"amax_with_sum": True}, {"split_tile": True, "amax_with_sum": True,
-                                               "clamp_before_cast": False, "w_as_row": True}]  # fmt: skip
+        variants += [{"split_tile": False}, {"split_tile": False, "amax_with_sum": False},
+                     {"split_tile": True, "amax_with_sum": False}]  # fmt: skip
     for switches in variants:
         q, s, _rstd, h = rmsnorm_fp8_forward(inp.x, inp.weight, EPS, 0.0, scaling, scale,
                                              fp8_dtype, r, **switches)  # fmt: skip

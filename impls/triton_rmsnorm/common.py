@@ -1,6 +1,6 @@
 """What every launcher module shares: integer helpers, the interpreter switch, the device's
-facts (SM count, shared memory, inline PTX, Hopper class), rows' 16-byte alignment, the chunk
-widths of the wide kernels and the hidden-size limit."""
+facts (SM count, shared memory, inline PTX, Hopper class, a saturating fp8 cast), rows' 16-byte
+alignment, the chunk widths of the wide kernels and the hidden-size limit."""
 
 from __future__ import annotations
 
@@ -207,6 +207,25 @@ def _hopper_class(device: torch.device) -> bool:
     if "capability" in _PRETENDED:
         return _PRETENDED["capability"] >= (9, 0)
     return device.type == "cuda" and torch.cuda.get_device_capability(device.index or 0) >= (9, 0)
+
+
+def cast_saturates(device: torch.device) -> bool:
+    """Whether Triton's fp32 -> fp8 conversion on this device clamps to +-max and keeps NaN by
+    itself (cvt.rn.satfinite: CUDA compute capability 8.9 and later), so that an explicit clamp
+    before it changes no code (a pretended capability: any device)."""
+    if "capability" in _PRETENDED:
+        return _PRETENDED["capability"] >= (8, 9)
+    return (
+        device.type == "cuda" and torch.version.hip is None and _saturating_cvt(device.index or 0)
+    )
+
+
+@functools.cache
+def _saturating_cvt(device_index: int) -> bool:
+    return torch.cuda.get_device_capability(device_index) >= (8, 9)
+
+
+FACT_CACHES.append(_saturating_cvt)
 
 
 #: RMSNORM_TRITON_PDL=0 (read at import) launches every kernel without programmatic dependent

@@ -146,10 +146,10 @@ def rmsnorm_fp8_forward(
     scale_layout: str = "column_major",
     cast_in_kernel: bool | None = None,
     reciprocal: bool = True,
-    clamp_before_cast: bool = True,
+    clamp_before_cast: bool | None = None,
     split_tile: bool | None = None,
-    amax_with_sum: bool = False,
-    w_as_row: bool = False,
+    amax_with_sum: bool = True,
+    w_as_row: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
     """(q, scales, rstd, h) for a 2-D x [M, N] with a contiguous last dimension; scales is None
     per tensor (the caller has it), h None without a residual. Allocates q, the scales, rstd
@@ -158,25 +158,30 @@ def rmsnorm_fp8_forward(
     False stores the saturated fp32 values and converts them with torch (the GPU test compares
     the two bitwise). reciprocal (default): multiply by one correctly rounded 1 / scale per scale
     instead of dividing each element (fp8_kernels.rmsnorm_fp8_fwd_kernel's RECIPROCAL: faster, and
-    within the fp8 oracle; docs/perf-log.md); False divides exactly. clamp_before_cast False
-    (single tile, in-kernel cast only) leaves the clamp to +-max to the conversion instruction
-    (fp8_kernels' SATURATE: cvt.rn.satfinite on sm_89 and later; an A/B knob until timed).
-    split_tile (single tile only): True, a power-of-two tile and a tail tile where that has fewer
-    columns than the padded tile (fp8_tiles; the kernel's TAIL_N); False, the padded tile; None
-    (default), as the launch table says (choose_tiles). amax_with_sum (per token, single tile):
-    the row's amax in the sum of squares' reduction (the kernel's AMAX_WITH_SUM; an A/B knob
-    until timed). w_as_row (single tile): w loaded as a [1, BLOCK_N] row in x's layout, not
-    converted through shared memory (the kernel's W_AS_ROW; the same arithmetic; an A/B knob
-    until timed)."""
+    within the fp8 oracle; docs/perf-log.md); False divides exactly. clamp_before_cast (single
+    tile): None (default) leaves the clamp to +-max to the conversion instruction where the cast
+    is in the kernel on sm_89 or later (cvt.rn.satfinite clamps and keeps NaN: the same codes),
+    and clamps first elsewhere; True always clamps first; False never (the in-kernel cast only;
+    fp8_kernels' SATURATE). split_tile (single tile only): True, a power-of-two tile and a tail
+    tile where that has fewer columns than the padded tile (fp8_tiles; the kernel's TAIL_N);
+    False, the padded tile; None (default), as the launch table says (choose_tiles).
+    amax_with_sum (per token, single tile; default True): the row's amax in the sum of squares'
+    reduction (the kernel's AMAX_WITH_SUM). w_as_row (single tile; default True): w loaded as a
+    [1, BLOCK_N] row in x's layout, not converted through shared memory (the kernel's W_AS_ROW;
+    the same arithmetic). The three defaults were timed on the H200 (docs/perf-log.md,
+    thirty-fourth session); False keeps the earlier form of each."""
     launch._check_runnable(x)
     m, n = x.shape
     launch.check_hidden_size(n)
     interpreting = launch.interpreting()
     if cast_in_kernel is None:
         cast_in_kernel = not interpreting
-    if split_tile not in (None, True, False):
-        raise TypeError(f"split_tile: expected True, False or None, got {split_tile!r}")
-    if not clamp_before_cast and not cast_in_kernel:
+    for name, value in (("split_tile", split_tile), ("clamp_before_cast", clamp_before_cast)):
+        if value not in (None, True, False):
+            raise TypeError(f"{name}: expected True, False or None, got {value!r}")
+    if clamp_before_cast is None:
+        clamp_before_cast = not (cast_in_kernel and common.cast_saturates(x.device))
+    elif not clamp_before_cast and not cast_in_kernel:
         raise ValueError("clamp_before_cast=False needs the in-kernel cast (cast_in_kernel): "
                          "torch's conversion of the stored fp32 values does not saturate")  # fmt: skip
     q_dtype = fp8_dtype if cast_in_kernel else torch.float32
