@@ -79,7 +79,7 @@ E4 = torch.float8_e4m3fn
 
 
 #: The switches a variant sets (rmsnorm_fp8_forward's keywords), passed explicitly: the
-#: product's as this probe first ran (run 77). The clamp left to the cast, w as a row and (per
+#: product's as this probe first ran (run 79). The clamp left to the cast, w as a row and (per
 #: token) the amax with the sum became the defaults after it.
 PRODUCT = {
     "clamp_before_cast": True,
