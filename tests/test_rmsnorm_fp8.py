@@ -630,6 +630,19 @@ def test_w_as_a_row_gives_the_same_bits(scaling, residual):
             assert torch.equal(a.float().nan_to_num(7.0), b.float().nan_to_num(7.0))
 
 
+def test_the_static_scale_is_loaded_with_x_ahead_of_the_rows_sum():
+    """Per tensor, one row a tile (a decode row's latency): the scale's load and its reciprocal's
+    division come before the row's sum (its first barrier), not after it, in the sm_90 PTX."""
+    from tests import sm90_compile_fp8
+
+    cases = [{"scaling": 1, "n": n, "warps": warps, "fp8": "fp8e4nv", "x": "bf16",
+              "residual": False, "reciprocal": True, "wait": True, "saturate": False,
+              "w_as_row": True, "w_early": True} for n, warps in ((2048, 4), (8192, 8))]  # fmt: skip
+    for case, found in zip(cases, sm90_compile_fp8.run(cases), strict=True):
+        load, division = found["first scalar load at"], found["first div.rn at"]
+        assert 0 <= load < division < found["first barrier at"], (case, found)
+
+
 def test_looped_kernel_compiles_for_sm90_with_the_single_tiles_conversions():
     """The kernel for rows past the single tile, compiled for sm_90: one conversion per two
     codes of a step (FP8_LOOPED_CHUNK columns over FP8_LOOPED_WARPS warps), the per-token

@@ -260,6 +260,12 @@ def rmsnorm_fp8_fwd_kernel(
     if TAIL_N > 0:
         x_tail = _tile_source(X, R, H, rows, tail_cols, tail_mask, stride_x_row, stride_r_row,
                               stride_h_row, HAS_RESIDUAL)  # fmt: skip
+    static_scale = None
+    static_inverse = None
+    if SCALING == 1:  # loaded with x, so that its latency hides behind the row's sum
+        static_scale = tl.load(STATIC_SCALE)
+        if RECIPROCAL:
+            static_inverse = tl.math.div_rn(static_scale * 0.0 + 1.0, static_scale)
     if AMAX_WITH_SUM:  # w first: x * w enters the reduction
         w = _weight(W, cols, N, offset, w_early, W_EARLY, W_AS_ROW)
         xw = x * w
@@ -311,9 +317,9 @@ def rmsnorm_fp8_fwd_kernel(
             if TAIL_N > 0:
                 v_tail = tl.math.div_rn(y_tail, scale[:, None])
     elif SCALING == 1:
-        scale = tl.load(STATIC_SCALE)
+        scale = static_scale
         if RECIPROCAL:
-            inverse = tl.math.div_rn(scale * 0.0 + 1.0, scale)  # one division, a scalar
+            inverse = static_inverse  # one division, a scalar
             if inverse < float("inf"):  # False for inf and NaN: those divide exactly
                 v = y * inverse
                 if TAIL_N > 0:
