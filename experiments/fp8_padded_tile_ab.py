@@ -213,10 +213,12 @@ def main(out_path: str, quick: bool = False, shapes: list | None = None) -> None
         print(label, references[label], flush=True)
         del sets
         torch.cuda.empty_cache()
-        with open(out_path, "w") as out:  # after every shape: a call cut short keeps what ran
+        # after every shape, atomically: a call cut short keeps what ran
+        with open(out_path + ".part", "w") as out:
             json.dump({"gpu": torch.cuda.get_device_name(0), "references": references,
                        "rows": rows, "commit": os.environ.get("RMSNORM_BENCH_COMMIT"),
                        "kernel": fp8_kernels.rmsnorm_fp8_fwd_kernel.fn.__name__}, out, indent=1)  # fmt: skip
+        os.replace(out_path + ".part", out_path)
 
 
 if __name__ == "__main__":

@@ -443,6 +443,52 @@ def test_leaving_the_clamp_to_the_cast_keeps_its_conversions_and_drops_the_clamp
         assert left["instructions"] < clamped["instructions"], (case, left)
 
 
+def test_the_clamp_is_left_to_the_cast_only_where_a_compiled_cast_saturates(monkeypatch):
+    """clamp_before_cast=None: no clamp where the cast is in the kernel, compiled and on CUDA at
+    capability 8.9 or later (cvt.rn.satfinite); a clamp on older GPUs, ROCm, the CPU, the
+    interpreter (whose fp8 cast does not saturate) and torch's conversion."""
+    from impls.triton_rmsnorm import common, launch
+    from impls.triton_rmsnorm.fp8 import clamps_before_cast
+
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert launch.interpreting()  # the CPU tests' interpreter: always a clamp
+    with common.pretend_device(capability=(9, 0)):
+        assert clamps_before_cast(None, True, cuda)
+    monkeypatch.setattr(launch, "interpreting", lambda: False)  # as a compiled call decides
+    for capability, clamps in (((8, 0), True), ((8, 9), False), ((9, 0), False)):
+        with common.pretend_device(capability=capability):
+            assert clamps_before_cast(None, True, cuda) is clamps, capability
+            assert clamps_before_cast(None, False, cuda)  # torch's conversion: a clamp
+            assert clamps_before_cast(None, True, cpu)
+            assert clamps_before_cast(True, True, cuda) and not clamps_before_cast(
+                False, True, cuda
+            )
+    monkeypatch.setattr(torch.version, "hip", "6.2")
+    with common.pretend_device(capability=(9, 0)):
+        assert clamps_before_cast(None, True, cuda)
+
+
+@pytest.mark.parametrize(("name", "value"), [("clamp_before_cast", 1), ("split_tile", 0.0),
+                                             ("amax_with_sum", "False"), ("w_as_row", None)])  # fmt: skip
+def test_a_switch_that_is_not_a_bool_names_itself(name, value):
+    from impls.triton_rmsnorm.fp8 import rmsnorm_fp8_forward
+
+    inp = _inputs((2, 256), seed=4)
+    with pytest.raises(TypeError, match=f"{name}: expected True"):
+        rmsnorm_fp8_forward(inp.x, inp.weight, EPS, 0.0, "per_token", None, E4, **{name: value})
+
+
+@pytest.mark.parametrize("shape", [(3, 640), (2, 2048)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_the_earlier_per_token_amax_passes_the_oracle_on_the_padded_tile(shape):
+    """amax_with_sum=False: the row's amax in a second reduction after y, the padded tile."""
+    from impls.triton_rmsnorm.fp8 import rmsnorm_fp8_forward
+
+    inp = _inputs(shape, seed=shape[1] + 9)
+    q, s, _rstd, _h = rmsnorm_fp8_forward(inp.x, inp.weight, EPS, 0.0, "per_token", None, E4,
+                                          split_tile=False, amax_with_sum=False)  # fmt: skip
+    _assert_passes(check_fp8(q, s, inp.x, inp.weight, EPS, scaling="per_token", fp8_dtype=E4))
+
+
 def test_leaving_the_clamp_to_the_cast_needs_the_in_kernel_cast():
     from impls.triton_rmsnorm.fp8 import rmsnorm_fp8_forward
 

@@ -76,6 +76,7 @@ if [ "\$have" -lt $parts ]; then
       python3 -c "import sys, zipfile; sys.exit(zipfile.ZipFile(sys.argv[1]).testzip() is not None)" "\$w" 2>/dev/null || ok=0
     done
     if [ "\$ok" = 1 ]; then
+      rm -rf "\$P/site-early"  # an interrupted earlier try: pip --target would skip what it left
       if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "\$P/site-early" \
           "\$P"/early/wheels/apache_tvm_ffi-*.whl "\$P"/early/wheels/flashinfer_python-*.whl; then
         touch "\$P/site-early/.done"

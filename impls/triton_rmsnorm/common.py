@@ -67,8 +67,9 @@ FACTS = ("sm_count", "capability", "shared_bytes_per_block", "shared_bytes_per_s
 def pretend_device(**facts):
     """Inside the block every device has these facts, on every thread: sm_count (SMs: grids,
     the programs cap, the split and held rules; the interpreter's cap too), capability (the
-    compute capability, a (major, minor) pair: the Hopper-class rules and PDL),
-    shared_bytes_per_block and shared_bytes_per_sm (shared memory a program may ask for and an
+    compute capability, a (major, minor) pair: the Hopper-class rules, PDL and the fp8 cast's
+    saturation), shared_bytes_per_block and shared_bytes_per_sm (shared memory a program may
+    ask for and an
     SM holds), l2_bytes (the L2 cache: the two-role backward's rule; 0 for no L2, as the
     interpreter's CPU), inline_ptx (whether the kernels' inline PTX runs), name (the GPU's name:
     the class whose committed launch tables serve it). A fact not given reads as the
@@ -212,12 +213,12 @@ def _hopper_class(device: torch.device) -> bool:
 def cast_saturates(device: torch.device) -> bool:
     """Whether Triton's fp32 -> fp8 conversion on this device clamps to +-max and keeps NaN by
     itself (cvt.rn.satfinite: CUDA compute capability 8.9 and later), so that an explicit clamp
-    before it changes no code (a pretended capability: any device)."""
+    before it changes no code (a pretended capability: any CUDA device; never on ROCm)."""
+    if device.type != "cuda" or torch.version.hip is not None:
+        return False
     if "capability" in _PRETENDED:
         return _PRETENDED["capability"] >= (8, 9)
-    return (
-        device.type == "cuda" and torch.version.hip is None and _saturating_cvt(device.index or 0)
-    )
+    return _saturating_cvt(device.index or 0)
 
 
 @functools.cache

@@ -176,14 +176,14 @@ def rmsnorm_fp8_forward(
     interpreting = launch.interpreting()
     if cast_in_kernel is None:
         cast_in_kernel = not interpreting
-    for name, value in (("split_tile", split_tile), ("clamp_before_cast", clamp_before_cast)):
-        if value not in (None, True, False):
-            raise TypeError(f"{name}: expected True, False or None, got {value!r}")
-    if clamp_before_cast is None:
-        clamp_before_cast = not (cast_in_kernel and common.cast_saturates(x.device))
-    elif not clamp_before_cast and not cast_in_kernel:
-        raise ValueError("clamp_before_cast=False needs the in-kernel cast (cast_in_kernel): "
-                         "torch's conversion of the stored fp32 values does not saturate")  # fmt: skip
+    for name, value, may_be_none in (("split_tile", split_tile, True),
+                                     ("clamp_before_cast", clamp_before_cast, True),
+                                     ("amax_with_sum", amax_with_sum, False),
+                                     ("w_as_row", w_as_row, False)):  # fmt: skip
+        if type(value) is not bool and not (may_be_none and value is None):
+            wanted = "True, False or None" if may_be_none else "True or False"
+            raise TypeError(f"{name}: expected {wanted}, got {value!r}")
+    clamp_before_cast = clamps_before_cast(clamp_before_cast, cast_in_kernel, x.device)
     q_dtype = fp8_dtype if cast_in_kernel else torch.float32
     q = torch.empty((m, n), dtype=q_dtype, device=x.device)
     rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
@@ -226,6 +226,18 @@ def rmsnorm_fp8_forward(
                 W_EARLY=common.loads_w_early(programs, x.device), **common.pdl_switches(x.device),
             )  # fmt: skip
     return _converted(q, fp8_dtype, cast_in_kernel), scales, rstd, h
+
+
+def clamps_before_cast(asked: bool | None, cast_in_kernel: bool, device: torch.device) -> bool:
+    """Whether the kernel clamps to +-max before its fp8 cast (the kernel's SATURATE): as asked,
+    or (None) unless the cast is in the kernel, compiled (not the interpreter, whose cast does
+    not saturate) and saturating on this device (common.cast_saturates)."""
+    if asked is None:
+        return not (cast_in_kernel and not launch.interpreting() and common.cast_saturates(device))
+    if not asked and not cast_in_kernel:
+        raise ValueError("clamp_before_cast=False needs the in-kernel cast (cast_in_kernel): "
+                         "torch's conversion of the stored fp32 values does not saturate")  # fmt: skip
+    return asked
 
 
 def _converted(q: torch.Tensor, fp8_dtype: torch.dtype, cast_in_kernel: bool) -> torch.Tensor:
