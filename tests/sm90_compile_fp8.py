@@ -55,7 +55,8 @@ def compile_case(case: dict):
                   "TAIL_N": case.get("tail", 0),
                   "AMAX_WITH_SUM": case.get("amax_with_sum", False),
                   "W_AS_ROW": case.get("w_as_row", False),
-                  "ROW_SCALARS": case.get("block_m", 1) == 1 and bool(case.get("tail"))}  # fmt: skip
+                  "ROW_SCALARS": case.get("block_m", 1) == 1 and bool(case.get("tail")),
+                  "NARROW_CODES": case.get("narrow_codes", False)}  # fmt: skip
     return sm90_compile.compile_sm90(kernel, pointers, constexprs, options)
 
 

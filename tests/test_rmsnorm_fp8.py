@@ -689,6 +689,46 @@ def test_the_static_scale_is_loaded_with_x_ahead_of_the_rows_sum():
         assert 0 <= load < division < found["first barrier at"], (case, found)
 
 
+def test_narrow_code_stores_take_the_residuals_layout_without_a_conversion():
+    """With a residual, sm_90: the codes stored 8 a thread share h's 16-bit store layout, so no
+    tile goes through shared memory (4-8 KB a row otherwise); as many conversions."""
+    from tests import sm90_compile_fp8
+
+    cases = [{"scaling": s, "n": n, "warps": w, "fp8": "fp8e4nv", "x": "bf16", "residual": True,
+              "reciprocal": True, "saturate": False, "w_as_row": True, "amax_with_sum": s == 0,
+              "narrow_codes": narrow}
+             for s in (0, 1, 2) for n, w in ((2048, 4), (8192, 8))
+             for narrow in (False, True)]  # fmt: skip
+    found = sm90_compile_fp8.run(cases)
+    for case, wide, narrow in zip(cases[::2], found[::2], found[1::2], strict=True):
+        assert wide["shared bytes"] >= case["n"] > 256 >= narrow["shared bytes"], (case, wide,
+                                                                                       narrow)  # fmt: skip
+        assert narrow["barriers"] < wide["barriers"], (case, wide, narrow)
+        per_thread = case["n"] // (32 * case["warps"])
+        assert narrow["cvt e4m3x2"] == wide["cvt e4m3x2"] == per_thread // 2, (case, narrow)
+
+
+@pytest.mark.parametrize("scaling", ["per_token", "per_tensor", "block"])
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize("shape", [(3, 640), (4, 130), (2, 2048)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_narrow_code_stores_pass_the_oracle(shape, residual, scaling):
+    from impls.triton_rmsnorm.fp8 import rmsnorm_fp8_forward
+
+    inp = _inputs(shape, seed=shape[1] + 13, residual=residual)
+    x = inp.x.clone()
+    x[0, 5] = float("nan")
+    scale = _static_scale(inp.x[1:], inp.weight, E4) if scaling == "per_tensor" else None
+    r = inp.residual if residual else None
+    q, s, _rstd, h = rmsnorm_fp8_forward(x, inp.weight, EPS, 0.0, scaling, scale, E4, r,
+                                         narrow_codes=True)  # fmt: skip
+    assert torch.isnan(q[0].float()).all()  # the NaN reaches its row's rstd: the whole row
+    rows = slice(1, None)
+    used = scale if scaling == "per_tensor" else s[rows]
+    _assert_passes(check_fp8(q[rows], used, x[rows], inp.weight, EPS, scaling=scaling,
+                             fp8_dtype=E4, static_scale=scale,
+                             normalized=None if h is None else h[rows]))  # fmt: skip
+
+
 def test_looped_kernel_compiles_for_sm90_with_the_single_tiles_conversions():
     """The kernel for rows past the single tile, compiled for sm_90: one conversion per two
     codes of a step (FP8_LOOPED_CHUNK columns over FP8_LOOPED_WARPS warps), the per-token

@@ -150,6 +150,7 @@ def rmsnorm_fp8_forward(
     split_tile: bool | None = None,
     amax_with_sum: bool = True,
     w_as_row: bool = True,
+    narrow_codes: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
     """(q, scales, rstd, h) for a 2-D x [M, N] with a contiguous last dimension; scales is None
     per tensor (the caller has it), h None without a residual. Allocates q, the scales, rstd
@@ -169,7 +170,10 @@ def rmsnorm_fp8_forward(
     reduction (the kernel's AMAX_WITH_SUM). w_as_row (single tile; default True): w loaded as a
     [1, BLOCK_N] row in x's layout, not converted through shared memory (the kernel's W_AS_ROW;
     the same arithmetic). The three defaults were timed on the H200 (docs/perf-log.md,
-    thirty-fourth session); False keeps the earlier form of each."""
+    thirty-fourth session); False keeps the earlier form of each. narrow_codes (single tile;
+    default False until timed): the codes stored 8 a thread, the layout of h's 16-bit store, so a
+    tile with a residual is not converted through shared memory (the kernel's NARROW_CODES;
+    another layout, so the sum of squares' bits may differ)."""
     launch._check_runnable(x)
     m, n = x.shape
     launch.check_hidden_size(n)
@@ -179,7 +183,8 @@ def rmsnorm_fp8_forward(
     for name, value, may_be_none in (("split_tile", split_tile, True),
                                      ("clamp_before_cast", clamp_before_cast, True),
                                      ("amax_with_sum", amax_with_sum, False),
-                                     ("w_as_row", w_as_row, False)):  # fmt: skip
+                                     ("w_as_row", w_as_row, False),
+                                     ("narrow_codes", narrow_codes, False)):  # fmt: skip
         if type(value) is not bool and not (may_be_none and value is None):
             wanted = "True, False or None" if may_be_none else "True or False"
             raise TypeError(f"{name}: expected {wanted}, got {value!r}")
@@ -222,7 +227,7 @@ def rmsnorm_fp8_forward(
                 ROWS_CONTIGUOUS=all(t.stride(0) == n for t in (x, q, r_arg, h_arg)),
                 RECIPROCAL=reciprocal, SATURATE=clamp_before_cast, TAIL_N=tail_n,
                 AMAX_WITH_SUM=amax_with_sum and scaling == "per_token", W_AS_ROW=w_as_row,
-                ROW_SCALARS=block_m == 1 and tail_n > 0,
+                ROW_SCALARS=block_m == 1 and tail_n > 0, NARROW_CODES=narrow_codes,
                 W_EARLY=common.loads_w_early(programs, x.device), **common.pdl_switches(x.device),
             )  # fmt: skip
     return _converted(q, fp8_dtype, cast_in_kernel), scales, rstd, h

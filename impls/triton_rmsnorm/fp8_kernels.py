@@ -154,9 +154,15 @@ def _block_values(y, rows, row_mask, first_group, SCALES, stride_s_row, stride_s
 
 @triton.jit
 def _store_codes(v, Q, rows, cols, mask, stride_q_row, FP8_MAX: tl.constexpr,
-                 CAST_IN_KERNEL: tl.constexpr, SATURATE: tl.constexpr):  # fmt: skip
+                 CAST_IN_KERNEL: tl.constexpr, SATURATE: tl.constexpr,
+                 NARROW_CODES: tl.constexpr = False):  # fmt: skip
+    """NARROW_CODES: the columns written so that Triton's axis analysis sees runs of 8 (the same
+    offsets): its coalescing then stores 8 codes a thread, in 8-byte vectors, the layout of a
+    16-bit tile's 16-byte vectors, instead of 16 codes a thread."""
     if SATURATE or not CAST_IN_KERNEL:
         v = _saturated(v, FP8_MAX)
+    if NARROW_CODES:
+        cols = (cols // 8) * 8 + cols % 8
     q_ptrs = Q + rows[:, None] * stride_q_row + cols[None, :]
     if CAST_IN_KERNEL:
         tl.store(q_ptrs, v.to(Q.dtype.element_ty), mask=mask)
@@ -202,6 +208,7 @@ def rmsnorm_fp8_fwd_kernel(
     W_AS_ROW: tl.constexpr = False,  # load w as a [1, BLOCK_N] row in x's layout (_weight_row)
     ROW_SCALARS: tl.constexpr = False,  # BLOCK_M 1 and TAIL_N: a row's values as scalars
     # (_row_sum): the two tiles' sums then meet without converting a tile between layouts
+    NARROW_CODES: tl.constexpr = False,  # the codes stored 8 a thread (_store_codes; below)
 ):
     """RECIPROCAL divides once per scale (a row, a block, the tensor) and multiplies each
     element: rn(y * rn(1 / s)) is within 2 roundings (2**-23 relative) of y / s, so a code can
@@ -224,6 +231,12 @@ def rmsnorm_fp8_fwd_kernel(
     squares adds the two tiles' sums (another order than one tile's: its own bits), the amax
     takes the larger, and per block the tail's groups follow the main tile's (BLOCK_N and
     TAIL_N multiples of GROUP).
+
+    NARROW_CODES: with a residual, h's 16-bit store takes 8 elements a thread (its 16-byte
+    vectors) while the codes' store takes 16, so Triton converts the tile through shared memory
+    between them (4 KB a row at 2048 columns, 2 barriers more). Stored 8 a thread, the codes
+    share h's layout: no conversion, twice the store instructions (8-byte vectors). The tile's
+    layout also orders the sum of squares, so the bits may differ from the 16-a-thread form's.
 
     AMAX_WITH_SUM (per token): y = (x * w) * rstd instead of (x * rstd) * w, so that amax|y| =
     rn(amax|x * w| * rstd) exactly (rounding is monotonic; rstd > 0 and finite: with eps = 0, a
@@ -338,10 +351,11 @@ def rmsnorm_fp8_fwd_kernel(
         if TAIL_N > 0:
             v_tail = _block_values(y_tail, rows, row_mask, GROUPS, SCALES, stride_s_row,
                                    stride_s_col, N, FP8_MAX, GROUP, BLOCK_M, TAIL_N, RECIPROCAL)  # fmt: skip
-    _store_codes(v, Q, rows, cols, mask, stride_q_row, FP8_MAX, CAST_IN_KERNEL, SATURATE)
+    _store_codes(v, Q, rows, cols, mask, stride_q_row, FP8_MAX, CAST_IN_KERNEL, SATURATE,
+                 NARROW_CODES)  # fmt: skip
     if TAIL_N > 0:
         _store_codes(v_tail, Q, rows, tail_cols, tail_mask, stride_q_row, FP8_MAX,
-                     CAST_IN_KERNEL, SATURATE)  # fmt: skip
+                     CAST_IN_KERNEL, SATURATE, NARROW_CODES)  # fmt: skip
     _store_per_row(RSTD + rows, rstd, row_mask, BLOCK_M, ROW_SCALARS)
 
 
