@@ -6,6 +6,7 @@ time only), each configuration twice, the variants in one order then the other, 
 """
 
 import json
+import os
 
 import torch
 
@@ -120,3 +121,19 @@ def forced_single_tile_forwards(x, w, variants, describe: dict, stream) -> list[
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
+
+
+def shapes_argument(argv: list[str]) -> list[tuple[int, int]] | None:
+    """The MxN shapes after --shapes in argv (up to the next --option), or None without it."""
+    if "--shapes" not in argv:
+        return None
+    return [tuple(int(v) for v in text.lower().split("x"))
+            for text in argv[argv.index("--shapes") + 1:] if not text.startswith("--")]  # fmt: skip
+
+
+def write_json_atomically(path: str, data: dict) -> None:
+    """data as indented JSON at path, through a temporary file replaced in one step: a probe cut
+    short while writing keeps the previous version whole."""
+    with open(path + ".part", "w") as out:
+        json.dump(data, out, indent=1)
+    os.replace(path + ".part", path)

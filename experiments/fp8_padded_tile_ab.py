@@ -58,11 +58,11 @@ those. --shapes runs a subset, so the probe can be spread over calls.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 import torch
+from ab_timing import shapes_argument, write_json_atomically
 
 from harness.fp8_bench import _sets, _static_scale, _time
 from harness.oracle_fp8 import check_fp8
@@ -213,18 +213,12 @@ def main(out_path: str, quick: bool = False, shapes: list | None = None) -> None
         print(label, references[label], flush=True)
         del sets
         torch.cuda.empty_cache()
-        # after every shape, atomically: a call cut short keeps what ran
-        with open(out_path + ".part", "w") as out:
-            json.dump({"gpu": torch.cuda.get_device_name(0), "references": references,
-                       "rows": rows, "commit": os.environ.get("RMSNORM_BENCH_COMMIT"),
-                       "kernel": fp8_kernels.rmsnorm_fp8_fwd_kernel.fn.__name__}, out, indent=1)  # fmt: skip
-        os.replace(out_path + ".part", out_path)
+        write_json_atomically(out_path, {  # after every shape: a call cut short keeps what ran
+            "gpu": torch.cuda.get_device_name(0), "references": references, "rows": rows,
+            "commit": os.environ.get("RMSNORM_BENCH_COMMIT"),
+            "kernel": fp8_kernels.rmsnorm_fp8_fwd_kernel.fn.__name__})  # fmt: skip
 
 
 if __name__ == "__main__":
     argv = sys.argv[2:]
-    chosen = None
-    if "--shapes" in argv:
-        chosen = [tuple(int(v) for v in text.lower().split("x"))
-                  for text in argv[argv.index("--shapes") + 1:] if not text.startswith("--")]  # fmt: skip
-    main(sys.argv[1], quick="--quick" in argv, shapes=chosen)
+    main(sys.argv[1], quick="--quick" in argv, shapes=shapes_argument(argv))

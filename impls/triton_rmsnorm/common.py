@@ -69,11 +69,10 @@ def pretend_device(**facts):
     the programs cap, the split and held rules; the interpreter's cap too), capability (the
     compute capability, a (major, minor) pair: the Hopper-class rules, PDL and the fp8 cast's
     saturation), shared_bytes_per_block and shared_bytes_per_sm (shared memory a program may
-    ask for and an
-    SM holds), l2_bytes (the L2 cache: the two-role backward's rule; 0 for no L2, as the
-    interpreter's CPU), inline_ptx (whether the kernels' inline PTX runs), name (the GPU's name:
-    the class whose committed launch tables serve it). A fact not given reads as the
-    device's own. For tests and experiments of one GPU's choices on another machine (the
+    ask for and an SM holds), l2_bytes (the L2 cache: the two-role backward's rule; 0 for no L2,
+    as the interpreter's CPU), inline_ptx (whether the kernels' inline PTX runs), name (the
+    GPU's name: the class whose committed launch tables serve it). A fact not given reads as
+    the device's own. For tests and experiments of one GPU's choices on another machine (the
     interpreter included): the kernels still run on the device at hand, so a pretended fact that
     the device does not have makes its paths fail there. Blocks nest, the inner one winning per
     fact; cached answers (FACT_CACHES: offers, table lookups, replays, PDL switches) are
