@@ -159,35 +159,6 @@ def test_the_split_tuner_writes_an_entry_only_where_the_split_was_faster(monkeyp
     assert set(fp8_table.load(out)) == {("per_tensor", 8192, 2, 0), ("per_tensor", 4096, 2, 512)}
 
 
-def test_an_entry_keeps_its_one_row_times(tmp_path):
-    path = tmp_path / "gpu.json"
-    padded = fp8_table.Fp8Entry("per_token", 2048, 2, 1, 8, (8192, 2048), 14.0, 0, None, 1.2)
-    split = fp8_table.Fp8Entry("per_token", 4096, 2, 1, 4, (3640, 4608), 15.0, 512, 19.0, 1.6,
-                               1.7)  # fmt: skip
-    fp8_table.save(path, "NVIDIA H200", [padded, split], {})
-    items = [json.loads(line.rstrip(",")) for line in path.read_text().splitlines()[1:-1]]
-    assert [(i.get("one_row_us"), i.get("padded_one_row_us")) for i in items] == [
-        (1.2, None), (1.6, 1.7)]  # fmt: skip
-    assert fp8_table.load(path) == {padded.key: padded, split.key: split}
-    older = _entry()  # tuned before the one-row class: no such field, and it still loads
-    fp8_table.save(path, "NVIDIA H200", [older], {})
-    assert "one_row" not in path.read_text() and fp8_table.load(path) == {older.key: older}
-
-
-def test_the_tuner_picks_the_least_worst_ratio_over_both_classes():
-    # b is 10% slower at many rows and the fastest at one row; a is 33% slower at one row
-    assert fp8_tune.pick_jointly({"a": (10.0, 2.0), "b": (11.0, 1.5)}) == "b"
-    assert fp8_tune.pick_jointly({"a": (10.0, 1.6), "b": (11.0, 1.5)}) == "a"  # 1.07 < 1.10
-    # equal worst ratios: the faster at many rows
-    assert fp8_tune.pick_jointly({"a": (10.0, 1.2), "b": (12.0, 1.0)}) == "a"
-    # a class untimed (None) judges by the other alone
-    assert fp8_tune.pick_jointly({"a": (10.0, None), "b": (9.0, None)}) == "b"
-    assert fp8_tune.pick_jointly({"split": (15.0, 1.6), "padded": (19.0, 1.3)}) == "split"
-    assert fp8_tune.pick_jointly({"split": (15.0, 2.0), "padded": (16.0, 1.3)}) == "padded"
-    with pytest.raises(ValueError, match="at least one timed candidate"):
-        fp8_tune.pick_jointly({})
-
-
 def test_a_table_with_split_entries_takes_the_second_format(tmp_path):
     """A reader of the first format refuses such a file (the heuristic serves) instead of
     taking a split entry's configuration for the padded tile of its BLOCK_N; a table of padded

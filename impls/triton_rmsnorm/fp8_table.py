@@ -16,9 +16,7 @@ entry (or a GPU with no file) takes the heuristic (fp8.fp8_launch_config). An en
 one padded tile), written by `fp8_tune --split-n` only where it timed faster than the padded
 tile at that width; a call whose split tiles have an entry takes them (fp8.choose_tiles). The
 configuration and tiles do not depend on M, so a row's codes and scale are the same whatever M
-(only the grid changes with M). The tuner picks each entry over two M classes at once, many
-rows and one row (the least worst ratio to each class's fastest candidate); "one_row_us" (and a
-split entry's "padded_one_row_us") is the one-row time, absent in entries tuned before it.
+(only the grid changes with M).
 """
 
 from __future__ import annotations
@@ -50,8 +48,6 @@ class Fp8Entry(NamedTuple):
     us: float  # its device-only time there
     tail_n: int = 0  # > 0: a split tile, BLOCK_N columns then a tail tile of tail_n
     padded_us: float | None = None  # a split entry: the padded tile's time at the same (M, N)
-    one_row_us: float | None = None  # its time at one row of N (the tuner's latency class)
-    padded_one_row_us: float | None = None  # a split entry: the padded tile's, at one row
 
     @property
     def key(self) -> tuple[str, int, int, int]:
@@ -65,25 +61,19 @@ class Fp8Entry(NamedTuple):
         item = {"scaling": self.scaling, "block_n": self.block_n, "itemsize": self.itemsize,
                 "BLOCK_M": self.block_m, "num_warps": self.num_warps,
                 "measured_at": list(self.measured_at), "us": round(self.us, 3)}  # fmt: skip
-        if self.one_row_us is not None:
-            item["one_row_us"] = round(self.one_row_us, 3)
         if self.tail_n:
             item["tail_n"] = self.tail_n
             if self.padded_us is not None:
                 item["padded_us"] = round(self.padded_us, 3)
-            if self.padded_one_row_us is not None:
-                item["padded_one_row_us"] = round(self.padded_one_row_us, 3)
         return item
 
     @classmethod
     def from_json(cls, item: dict, where: str) -> Fp8Entry:
         try:
-            optional = [item.get(name) for name in ("padded_us", "one_row_us",
-                                                    "padded_one_row_us")]  # fmt: skip
+            padded_us = item.get("padded_us")
             entry = cls(item["scaling"], item["block_n"], item["itemsize"], item["BLOCK_M"],
                         item["num_warps"], tuple(item["measured_at"]), float(item["us"]),
-                        item.get("tail_n", 0),
-                        *(None if value is None else float(value) for value in optional))  # fmt: skip
+                        item.get("tail_n", 0), None if padded_us is None else float(padded_us))  # fmt: skip
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"{where}: entry {item!r} lacks or mistypes {error}") from None
         if entry.scaling not in SCALINGS:

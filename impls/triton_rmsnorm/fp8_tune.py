@@ -4,22 +4,19 @@ to the GPU class's launch table (fp8_table.py), which later calls read.
 
     python -m impls.triton_rmsnorm.fp8_tune [--out impls/triton_rmsnorm/tables/fp8/nvidia-h200.json]
 
-Each width is timed in two M classes, by the tuner's timer (CUDA-graph replays over rotating
-copies of the inputs, tuning.py), without a residual: M = --elements / N rows (default 2**24
-elements: 32 MiB of 16-bit x, past the L2, where the kernel is bound by memory) and one row
-(decode, where a row's latency sets the time). One configuration serves every M of a width, so
-a row's codes do not change with M: the one chosen has the least worst ratio to each class's
-fastest candidate (pick_jointly), as the plain op's tune --repick-jointly chooses a width's
-reduction tree over its M classes. --budget-s stops between widths
+Each width is timed at M = --elements / N rows (default 2**24 elements: 32 MiB of 16-bit x,
+past the L2, where the kernel is bound by memory), by the tuner's timer (CUDA-graph replays
+over rotating copies of the inputs, tuning.py), without a residual. One configuration serves
+every M of a width, so a row's codes do not change with M. --budget-s stops between widths
 and writes what it has; the table is saved after every width (atomically), and a width the
 --out file already holds is skipped, so a sweep can run over several calls.
 
 --split-n N ...: for each N whose split tiles (fp8.fp8_tiles: a power-of-two tile and a tail)
 have fewer columns than its padded tile, the split's candidates are timed at the width the two
 tiles fill (4608 for 4096 + 512), beside the padded tile's own configuration (the table's entry,
-else the heuristic) at that width, in both classes; the split entry is written only where the
-split's worst ratio is the smaller of the two, and then every call whose split tiles it names
-takes it (fp8.choose_tiles). Run after the padded entries are in the table.
+else the heuristic) at that width; the split entry is written only where it is faster, and
+then every call whose split tiles it names takes it (fp8.choose_tiles). Run after the padded
+entries are in the table.
 """
 
 from __future__ import annotations
@@ -65,30 +62,6 @@ def candidates(block_n: int) -> list[dict]:
     return out or [fp8.heuristic_fp8_launch_config(block_n)]
 
 
-def pick_jointly(times: dict) -> object:
-    """The key of times ({key: (many rows µs, one row µs)}) whose worse ratio to the fastest of
-    its class is the least; ties to the faster at many rows. A key timed at many rows only
-    ((us, None)) is judged there alone."""
-    if not times:
-        raise ValueError("pick_jointly: expected at least one timed candidate, got none")
-    best_many = min(many for many, _one in times.values())
-    ones = [one for _many, one in times.values() if one is not None]
-    best_one = min(ones) if ones else None
-
-    def worst(key):
-        many, one = times[key]
-        ratio = many / best_many
-        return ratio if one is None or best_one is None else max(ratio, one / best_one)
-
-    return min(times, key=lambda key: (worst(key), times[key][0]))
-
-
-def _one_row_sets(x: torch.Tensor, w: torch.Tensor) -> list[tuple]:
-    """Argument sets of one row of x (its own copies, so the row does not stay in L2 between
-    replays any more than a decode step's would; tuning.rotating_arguments)."""
-    return tuning.rotating_arguments((x[:1].clone(), w), tuning.l2_bytes(0))
-
-
 def _time_config(scaling, itemsize, tiles, config, arg_sets, static, stream) -> float:
     """Device µs of one forward at these tiles and configuration (FP8_LAUNCH_TABLE, restored)."""
     key = (scaling, tiles[0], itemsize, tiles[1])
@@ -112,10 +85,9 @@ def tune_width(
     scaling: str, block_n: int, itemsize: int, elements: int, stream, tail_n: int = 0,
     padded: dict | None = None,
 ) -> fp8_table.Fp8Entry | None:  # fmt: skip
-    """The candidate picked jointly over the two M classes at one width (pick_jointly). With
-    tail_n, the split tiles (block_n, tail_n) at block_n + tail_n columns; padded: the padded
-    tile's configuration there, timed too (the entry's padded_us and padded_one_row_us); None
-    when the split's worst ratio is not the smaller."""
+    """The fastest candidate at one width, timed as described above. With tail_n, the split
+    tiles (block_n, tail_n) at block_n + tail_n columns; padded: the padded tile's configuration
+    there, timed too (the entry's padded_us); None when the split is not faster."""
     m, n = max(1, elements // (block_n + tail_n)), block_n + tail_n
     gen = torch.Generator().manual_seed(block_n + itemsize)
     dtype = DTYPE_OF_ITEMSIZE[itemsize]
@@ -123,34 +95,27 @@ def tune_width(
     w = (1 + 0.1 * torch.randn(n, generator=gen)).to("cuda", dtype)
     scale = torch.full((1,), 0.05, dtype=torch.float32, device="cuda")
     static = scale if scaling == "per_tensor" else None
-    classes = (tuning.rotating_arguments((x, w), tuning.l2_bytes(0)), _one_row_sets(x, w))
-    tiles = (block_n, tail_n)
-
-    def both(tiles, config):  # (many rows µs, one row µs)
-        return tuple(_time_config(scaling, itemsize, tiles, config, sets, static, stream)
-                     for sets in classes)  # fmt: skip
-
-    configs = candidates(block_n)
-    times = {i: both(tiles, config) for i, config in enumerate(configs)}
-    pick = pick_jointly(times)
-    config, (us, one_us) = configs[pick], times[pick]
-    padded_us = padded_one_us = None
-    if tail_n:  # the split's pick and the padded tile, timed again in turn: the same odds
+    arg_sets = tuning.rotating_arguments((x, w), tuning.l2_bytes(0))
+    best = None
+    for config in candidates(block_n):
+        us = _time_config(scaling, itemsize, (block_n, tail_n), config, arg_sets, static, stream)
+        if best is None or us < best[1]:
+            best = (config, us)
+    config, us = best
+    padded_us = None
+    if tail_n:  # the split's best and the padded tile, timed again in turn: the same odds
         padded_tiles = fp8.fp8_tiles(n, scaling)
         split_times, padded_times = [], []
         for _ in range(SPLIT_REPEATS):
-            split_times.append(both(tiles, config))
-            padded_times.append(both(padded_tiles, padded))
-        us, one_us = (min(t[k] for t in split_times) for k in (0, 1))
-        padded_us, padded_one_us = (min(t[k] for t in padded_times) for k in (0, 1))
-        if pick_jointly({"split": (us, one_us), "padded": (padded_us, padded_one_us)}) != "split":
+            split_times.append(_time_config(scaling, itemsize, (block_n, tail_n), config,
+                                            arg_sets, static, stream))  # fmt: skip
+            padded_times.append(_time_config(scaling, itemsize, padded_tiles, padded, arg_sets,
+                                             static, stream))  # fmt: skip
+        us, padded_us = min(split_times), min(padded_times)
+        if us >= padded_us:
             return None
     return fp8_table.Fp8Entry(scaling, block_n, itemsize, config["BLOCK_M"], config["num_warps"],
-                              (m, n), us, tail_n, padded_us, one_us, padded_one_us)  # fmt: skip
-
-
-def _us(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+                              (m, n), us, tail_n, padded_us)  # fmt: skip
 
 
 def _single_tile_width(text: str) -> int:
@@ -213,8 +178,8 @@ def main(argv=None) -> int:
                 entries[entry.key] = entry
                 fp8_table.save(out, name, entries.values(), made_with)
                 print(f"{scaling:<10} N={block_n:<6} itemsize {itemsize}: BLOCK_M "
-                      f"{entry.block_m:<3} warps {entry.num_warps:<2} {entry.us:8.2f} us, "
-                      f"one row {_us(entry.one_row_us)} us", flush=True)  # fmt: skip
+                      f"{entry.block_m:<3} warps {entry.num_warps:<2} {entry.us:8.2f} us",
+                      flush=True)  # fmt: skip
     return 0
 
 
@@ -237,14 +202,12 @@ def _tune_splits(args, name, out, entries, made_with, stream, started) -> int:
                                    padded)  # fmt: skip
                 where = f"{scaling:<10} N={block_n}+{tail_n} itemsize {itemsize}"
                 if entry is None:
-                    print(f"{where}: the padded tile picked over the split; no entry", flush=True)
+                    print(f"{where}: not faster than the padded tile; no entry", flush=True)
                     continue
                 entries[entry.key] = entry
                 fp8_table.save(out, name, entries.values(), made_with)
                 print(f"{where}: BLOCK_M {entry.block_m:<3} warps {entry.num_warps:<2} "
-                      f"{entry.us:8.2f} us (padded {_us(entry.padded_us)}), one row "
-                      f"{_us(entry.one_row_us)} us (padded {_us(entry.padded_one_row_us)})",
-                      flush=True)  # fmt: skip
+                      f"{entry.us:8.2f} us (padded {entry.padded_us:8.2f})", flush=True)  # fmt: skip
     return 0
 
 
