@@ -273,12 +273,6 @@ def rmsnorm_fp8_fwd_kernel(
     if TAIL_N > 0:
         x_tail = _tile_source(X, R, H, rows, tail_cols, tail_mask, stride_x_row, stride_r_row,
                               stride_h_row, HAS_RESIDUAL)  # fmt: skip
-    static_scale = None
-    static_inverse = None
-    if SCALING == 1:  # loaded with x, so that its latency hides behind the row's sum
-        static_scale = tl.load(STATIC_SCALE)
-        if RECIPROCAL:
-            static_inverse = tl.math.div_rn(static_scale * 0.0 + 1.0, static_scale)
     if AMAX_WITH_SUM:  # w first: x * w enters the reduction
         w = _weight(W, cols, N, offset, w_early, W_EARLY, W_AS_ROW)
         xw = x * w
@@ -330,9 +324,9 @@ def rmsnorm_fp8_fwd_kernel(
             if TAIL_N > 0:
                 v_tail = tl.math.div_rn(y_tail, scale[:, None])
     elif SCALING == 1:
-        scale = static_scale
+        scale = tl.load(STATIC_SCALE)
         if RECIPROCAL:
-            inverse = static_inverse  # one division, a scalar
+            inverse = tl.math.div_rn(scale * 0.0 + 1.0, scale)  # one division, a scalar
             if inverse < float("inf"):  # False for inf and NaN: those divide exactly
                 v = y * inverse
                 if TAIL_N > 0:
