@@ -5,6 +5,7 @@ Timing is the product tuner's own (tuning._median_ms: a CUDA graph over rotating
 time only), each configuration twice, the variants in one order then the other, the better kept.
 """
 
+import itertools
 import json
 import os
 
@@ -127,8 +128,9 @@ def shapes_argument(argv: list[str]) -> list[tuple[int, int]] | None:
     """The MxN shapes after --shapes in argv (up to the next --option), or None without it."""
     if "--shapes" not in argv:
         return None
-    return [tuple(int(v) for v in text.lower().split("x"))
-            for text in argv[argv.index("--shapes") + 1:] if not text.startswith("--")]  # fmt: skip
+    after = argv[argv.index("--shapes") + 1 :]
+    texts = itertools.takewhile(lambda text: not text.startswith("--"), after)
+    return [tuple(int(v) for v in text.lower().split("x")) for text in texts]  # fmt: skip
 
 
 def write_json_atomically(path: str, data: dict) -> None:

@@ -24,7 +24,9 @@ trip and its barriers), closing most of the gap to FlashInfer's block form at 1 
 512-16384 rows within 2% either way (bound by memory; the narrower stores are hidden). Without
 a residual no gain (no conversion to remove) and a possible loss from the narrower stores.
 
-    PYTHONPATH=. python experiments/fp8_narrow_codes_ab.py OUT.json [--shapes MxN ...]
+    PYTHONPATH=.:$PYTHONPATH python experiments/fp8_narrow_codes_ab.py OUT.json [--shapes MxN ...]
+
+(keep the peers' PYTHONPATH: FlashInfer's forms are timed only where they import).
 
 About 15 s a shape (each shape compiles its kernels).
 """
@@ -100,6 +102,9 @@ def _peer_us(peer, sets, scaling, scale, residual) -> float | None:
 def main(out_path: str, shapes: list | None = None) -> None:
     rows, references = [], {}
     peers = _peers()
+    print(
+        "peers beside it:", ", ".join(peers) or "none (FlashInfer does not import here)", flush=True
+    )
     for shape in shapes or SHAPES:
         label = f"{shape[0]}x{shape[1]}"
         sets, _ = _sets(shape, torch.bfloat16, EPS, True, E4)  # with a residual; unused without

@@ -49,11 +49,12 @@ less gain (a worse tail). The amax with the sum, per token: toward the per-tenso
 same shape (16384 x 8192: 127 -> ~114 µs; per tensor 113.6), since one of its two cross-warp
 reductions goes (sm_90 PTX, Triton 3.9, at 8192 columns and 8 warps: 7 -> 6 barriers).
 
-    PYTHONPATH=. python experiments/fp8_padded_tile_ab.py OUT.json [--quick] [--shapes MxN ...]
+    PYTHONPATH=.:$PYTHONPATH python experiments/fp8_padded_tile_ab.py OUT.json [--quick | --sweep] [--shapes MxN ...]
 
 Each shape compiles its own kernels (N is a compile-time constant): about 25 s a shape, and
-the configuration sweep (SWEEP_SHAPES only; --quick skips it) about 60 s more for each of
-those. --shapes runs a subset, so the probe can be spread over calls.
+the configuration sweep (SWEEP_SHAPES only; --quick skips it, --sweep runs it at every shape)
+about 60 s more for each of those. --shapes runs a subset, so the probe can be spread over
+calls. The peers' PYTHONPATH is kept: FlashInfer is timed only where it imports.
 """
 
 from __future__ import annotations
@@ -169,7 +170,8 @@ def _flashinfer_static():
         return None
 
 
-def main(out_path: str, quick: bool = False, shapes: list | None = None) -> None:
+def main(out_path: str, quick: bool = False, shapes: list | None = None,
+         sweep_everywhere: bool = False) -> None:  # fmt: skip
     rows, references = [], {}
     flashinfer = _flashinfer_static()
     for shape in shapes or SHAPES:
@@ -188,7 +190,7 @@ def main(out_path: str, quick: bool = False, shapes: list | None = None) -> None
             rows.append(product)
             variants = [(knobs, None) for knobs in SWITCHES
                         if scaling == "per_token" or "amax_with_sum" not in knobs]  # fmt: skip
-            if not quick and shape in SWEEP_SHAPES:
+            if not quick and (sweep_everywhere or shape in SWEEP_SHAPES):
                 variants += [(knobs, c) for c in CONFIGS
                              for knobs in ({}, {"clamp_before_cast": False, "split_tile": True})]  # fmt: skip
             for knobs, config in variants:
@@ -221,4 +223,5 @@ def main(out_path: str, quick: bool = False, shapes: list | None = None) -> None
 
 if __name__ == "__main__":
     argv = sys.argv[2:]
-    main(sys.argv[1], quick="--quick" in argv, shapes=shapes_argument(argv))
+    main(sys.argv[1], quick="--quick" in argv, shapes=shapes_argument(argv),
+         sweep_everywhere="--sweep" in argv)  # fmt: skip

@@ -190,17 +190,18 @@ def test_the_clamp_left_to_the_cast_and_w_as_a_row_keep_the_products_bits(shape,
 @pytest.mark.parametrize("shape", SWITCH_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_the_split_tile_and_the_amax_with_the_sum_match_the_oracle(shape, residual, scaling,
                                                                     fp8):  # fmt: skip
-    """split_tile=True, narrow_codes=True (another tile layout) and (per token) amax_with_sum
-    (the default) against its earlier form sum or multiply in another order: judged by the
-    oracle, with and without the residual add, with the earlier forms of the other switches
-    too."""
+    """split_tile=True, narrow_codes either way (a tile layout; the default takes it with a
+    residual only) and (per token) amax_with_sum (the default) against its earlier form sum or
+    multiply in another order: judged by the oracle, with and without the residual add, with
+    the earlier forms of the other switches too."""
     fp8_dtype = FP8[fp8]
     inp = make_inputs(shape, torch.bfloat16, "cuda", seed=shape[1] + 5, with_residual=residual)
     scale = _scale(inp.x, inp.weight, fp8_dtype, 1.0) if scaling == "per_tensor" else None
     r = inp.residual if residual else None
     earlier = {"clamp_before_cast": True, "w_as_row": False, "amax_with_sum": False}
     variants = [{"split_tile": True}, {"split_tile": True, **earlier}, {"narrow_codes": True},
-                {"narrow_codes": True, "split_tile": True}]  # fmt: skip
+                {"narrow_codes": True, "split_tile": True}, {"narrow_codes": False},
+                {"narrow_codes": False, "split_tile": True}]  # fmt: skip
     if scaling == "per_token":
         variants += [{"split_tile": False}, {"split_tile": False, "amax_with_sum": False},
                      {"split_tile": True, "amax_with_sum": False}]  # fmt: skip

@@ -150,7 +150,7 @@ def rmsnorm_fp8_forward(
     split_tile: bool | None = None,
     amax_with_sum: bool = True,
     w_as_row: bool = True,
-    narrow_codes: bool = False,
+    narrow_codes: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
     """(q, scales, rstd, h) for a 2-D x [M, N] with a contiguous last dimension; scales is None
     per tensor (the caller has it), h None without a residual. Allocates q, the scales, rstd
@@ -170,10 +170,11 @@ def rmsnorm_fp8_forward(
     reduction (the kernel's AMAX_WITH_SUM). w_as_row (single tile; default True): w loaded as a
     [1, BLOCK_N] row in x's layout, not converted through shared memory (the kernel's W_AS_ROW;
     the same arithmetic). The three defaults were timed on the H200 (docs/perf-log.md,
-    thirty-fourth session); False keeps the earlier form of each. narrow_codes (single tile;
-    default False until timed): the codes stored 8 a thread, the layout of h's 16-bit store, so a
-    tile with a residual is not converted through shared memory (the kernel's NARROW_CODES;
-    another layout, so the sum of squares' bits may differ)."""
+    thirty-fourth session); False keeps the earlier form of each. narrow_codes (single tile):
+    the codes stored 8 a thread, the layout of h's 16-bit store, so a tile with a residual is not
+    converted through shared memory (the kernel's NARROW_CODES; another layout, so the sum of
+    squares' bits may differ); None (default) stores them so with a residual only, where it was
+    timed faster on the H200 (docs/perf-log.md, thirty-fifth session)."""
     launch._check_runnable(x)
     m, n = x.shape
     launch.check_hidden_size(n)
@@ -184,11 +185,13 @@ def rmsnorm_fp8_forward(
                                      ("clamp_before_cast", clamp_before_cast, True),
                                      ("amax_with_sum", amax_with_sum, False),
                                      ("w_as_row", w_as_row, False),
-                                     ("narrow_codes", narrow_codes, False)):  # fmt: skip
+                                     ("narrow_codes", narrow_codes, True)):  # fmt: skip
         if type(value) is not bool and not (may_be_none and value is None):
             wanted = "True, False or None" if may_be_none else "True or False"
             raise TypeError(f"{name}: expected {wanted}, got {value!r}")
     clamp_before_cast = clamps_before_cast(clamp_before_cast, cast_in_kernel, x.device)
+    if narrow_codes is None:
+        narrow_codes = residual is not None
     q_dtype = fp8_dtype if cast_in_kernel else torch.float32
     q = torch.empty((m, n), dtype=q_dtype, device=x.device)
     rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
