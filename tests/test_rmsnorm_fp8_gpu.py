@@ -191,7 +191,7 @@ def test_the_clamp_left_to_the_cast_and_w_as_a_row_keep_the_products_bits(shape,
 def test_the_split_tile_and_the_amax_with_the_sum_match_the_oracle(shape, residual, scaling,
                                                                     fp8):  # fmt: skip
     """split_tile=True, narrow_codes either way (a tile layout; the default takes it with a
-    residual only) and (per token) amax_with_sum (the default) against its earlier form sum or
+    residual, but per block) and (per token) amax_with_sum (the default) against its earlier form sum or
     multiply in another order: judged by the oracle, with and without the residual add, with
     the earlier forms of the other switches too."""
     fp8_dtype = FP8[fp8]

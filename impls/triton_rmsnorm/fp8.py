@@ -173,8 +173,9 @@ def rmsnorm_fp8_forward(
     thirty-fourth session); False keeps the earlier form of each. narrow_codes (single tile):
     the codes stored 8 a thread, the layout of h's 16-bit store, so a tile with a residual is not
     converted through shared memory (the kernel's NARROW_CODES; another layout, so the sum of
-    squares' bits may differ); None (default) stores them so with a residual only, where it was
-    timed faster on the H200 (docs/perf-log.md, thirty-fifth session)."""
+    squares' bits may differ); None (default) stores them so with a residual per token and per
+    tensor, where the H200 timed it faster (per 1x128 block it was not; docs/perf-log.md,
+    thirty-fifth session)."""
     launch._check_runnable(x)
     m, n = x.shape
     launch.check_hidden_size(n)
@@ -191,7 +192,7 @@ def rmsnorm_fp8_forward(
             raise TypeError(f"{name}: expected {wanted}, got {value!r}")
     clamp_before_cast = clamps_before_cast(clamp_before_cast, cast_in_kernel, x.device)
     if narrow_codes is None:
-        narrow_codes = residual is not None
+        narrow_codes = residual is not None and scaling != "block"
     q_dtype = fp8_dtype if cast_in_kernel else torch.float32
     q = torch.empty((m, n), dtype=q_dtype, device=x.device)
     rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
