@@ -139,3 +139,13 @@ def write_json_atomically(path: str, data: dict) -> None:
     with open(path + ".part", "w") as out:
         json.dump(data, out, indent=1)
     os.replace(path + ".part", path)
+
+
+def write_probe_json(path: str, **fields) -> None:
+    """A probe's results with the GPU's name and the commit (RMSNORM_BENCH_COMMIT), written
+    atomically: called after every shape, a call cut short keeps what ran."""
+    record = {
+        "gpu": torch.cuda.get_device_name(0),
+        "commit": os.environ.get("RMSNORM_BENCH_COMMIT"),
+    }
+    write_json_atomically(path, {**record, **fields})

@@ -36,11 +36,10 @@ About 20 s a shape (each configuration compiles its kernel).
 
 from __future__ import annotations
 
-import os
 import sys
 
 import torch
-from ab_timing import shapes_argument, write_json_atomically
+from ab_timing import shapes_argument, write_probe_json
 
 from harness.fp8_bench import _sets, _time
 from harness.oracle_fp8 import check_fp8
@@ -62,28 +61,21 @@ def _forward(s, scaling, layout):
 def _row(shape, sets, scaling, layout, config) -> dict:
     """One variant: checked by the oracle, then timed; config None is the table's."""
     block_n, tail_n = fp8.choose_tiles(shape[1], scaling, 2, sets[0].x.device, None)
-    key = (scaling, block_n, 2, tail_n)
-    saved = fp8.FP8_LAUNCH_TABLE.get(key)
-    if config is not None:
-        fp8.FP8_LAUNCH_TABLE[key] = {"BLOCK_M": config[0], "num_warps": config[1]}
-    row = {"shape": list(shape), "scaling": scaling, "scale_layout": layout,
-           "tiles": [block_n, tail_n], "table": config is None,
-           "config": fp8.fp8_launch_config(shape[1], scaling, 2, sets[0].x.device,
-                                           (block_n, tail_n))}  # fmt: skip
-    try:
-        q, scales, _rstd, _h = _forward(sets[0], scaling, layout)()
-        reports = check_fp8(q, scales, sets[0].x, sets[0].weight, EPS, scaling=scaling,
-                            fp8_dtype=E4)  # fmt: skip
-        row["passed"] = all(r.passed for r in reports)
-        if row["passed"]:
-            row["us"] = _time([_forward(s, scaling, layout) for s in sets]).ms * 1e3
-    except Exception as exc:  # a configuration that does not compile or fit: a row, go on
-        row["error"] = f"{type(exc).__name__}: {exc}"[:200]
-    finally:
-        if saved is None:
-            fp8.FP8_LAUNCH_TABLE.pop(key, None)
-        else:
-            fp8.FP8_LAUNCH_TABLE[key] = saved
+    entry = None if config is None else {"BLOCK_M": config[0], "num_warps": config[1]}
+    with fp8.launch_table_entry((scaling, block_n, 2, tail_n), entry):
+        row = {"shape": list(shape), "scaling": scaling, "scale_layout": layout,
+               "tiles": [block_n, tail_n], "table": config is None,
+               "config": fp8.fp8_launch_config(shape[1], scaling, 2, sets[0].x.device,
+                                               (block_n, tail_n))}  # fmt: skip
+        try:
+            q, scales, _rstd, _h = _forward(sets[0], scaling, layout)()
+            reports = check_fp8(q, scales, sets[0].x, sets[0].weight, EPS, scaling=scaling,
+                                fp8_dtype=E4)  # fmt: skip
+            row["passed"] = all(r.passed for r in reports)
+            if row["passed"]:
+                row["us"] = _time([_forward(s, scaling, layout) for s in sets]).ms * 1e3
+        except Exception as exc:  # a configuration that does not compile or fit: a row, go on
+            row["error"] = f"{type(exc).__name__}: {exc}"[:200]
     return row
 
 
@@ -111,9 +103,7 @@ def main(out_path: str, shapes: list | None = None) -> None:
         print(label, references[label], flush=True)
         del sets
         torch.cuda.empty_cache()
-        write_json_atomically(out_path, {  # after every shape: a call cut short keeps what ran
-            "gpu": torch.cuda.get_device_name(0), "references": references, "rows": rows,
-            "commit": os.environ.get("RMSNORM_BENCH_COMMIT")})  # fmt: skip
+        write_probe_json(out_path, references=references, rows=rows)
 
 
 if __name__ == "__main__":

@@ -44,29 +44,23 @@ def _variant_rows(shape, scaling, sets, scale, configs):
     for reciprocal in (False, True):
         for config in [None, *configs] if reciprocal else [None]:  # the sweep: RECIPROCAL only
             key = (scaling, block_n, sets[0].x.element_size(), 0)
-            saved = fp8.FP8_LAUNCH_TABLE.get(key)
-            if config is not None:
-                fp8.FP8_LAUNCH_TABLE[key] = {"BLOCK_M": config[0], "num_warps": config[1]}
-            try:
-                q, scales, _rstd, _h = _forward(sets[0], scaling, scale, reciprocal)()
-                used = scale if scaling == "per_tensor" else scales
-                reports = check_fp8(q, used, sets[0].x, sets[0].weight, EPS, scaling=scaling,
-                                    fp8_dtype=torch.float8_e4m3fn, static_scale=scale)  # fmt: skip
-                passed = all(r.passed for r in reports)
-                ms = None
-                if passed:
-                    ms = _time([_forward(s, scaling, scale, reciprocal) for s in sets]).ms
-                rows.append({"shape": list(shape), "scaling": scaling, "reciprocal": reciprocal,
-                             "config": fp8.fp8_launch_config(shape[1], scaling, 2),
-                             "heuristic": config is None, "passed": passed, "ms": ms})  # fmt: skip
-            except Exception as exc:  # a config that does not compile or fit: a row, go on
-                rows.append({"shape": list(shape), "scaling": scaling, "reciprocal": reciprocal,
-                             "config": config, "error": f"{type(exc).__name__}: {exc}"[:200]})  # fmt: skip
-            finally:
-                if saved is None:
-                    fp8.FP8_LAUNCH_TABLE.pop(key, None)
-                else:
-                    fp8.FP8_LAUNCH_TABLE[key] = saved
+            entry = None if config is None else {"BLOCK_M": config[0], "num_warps": config[1]}
+            with fp8.launch_table_entry(key, entry):
+                try:
+                    q, scales, _rstd, _h = _forward(sets[0], scaling, scale, reciprocal)()
+                    used = scale if scaling == "per_tensor" else scales
+                    reports = check_fp8(q, used, sets[0].x, sets[0].weight, EPS, scaling=scaling,
+                                        fp8_dtype=torch.float8_e4m3fn, static_scale=scale)  # fmt: skip
+                    passed = all(r.passed for r in reports)
+                    ms = None
+                    if passed:
+                        ms = _time([_forward(s, scaling, scale, reciprocal) for s in sets]).ms
+                    rows.append({"shape": list(shape), "scaling": scaling, "reciprocal": reciprocal,
+                                 "config": fp8.fp8_launch_config(shape[1], scaling, 2),
+                                 "heuristic": config is None, "passed": passed, "ms": ms})  # fmt: skip
+                except Exception as exc:  # a config that does not compile or fit: a row, go on
+                    rows.append({"shape": list(shape), "scaling": scaling, "reciprocal": reciprocal,
+                                 "config": config, "error": f"{type(exc).__name__}: {exc}"[:200]})  # fmt: skip
     return rows
 
 

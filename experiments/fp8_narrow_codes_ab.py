@@ -33,11 +33,10 @@ About 15 s a shape (each shape compiles its kernels).
 
 from __future__ import annotations
 
-import os
 import sys
 
 import torch
-from ab_timing import shapes_argument, write_json_atomically
+from ab_timing import shapes_argument, write_probe_json
 
 from harness.fp8_bench import _sets, _static_scale, _time
 from harness.oracle_fp8 import check_fp8
@@ -131,10 +130,8 @@ def main(out_path: str, shapes: list | None = None) -> None:
         print(label, {k: round(v, 2) for k, v in ref.items()}, flush=True)
         del sets
         torch.cuda.empty_cache()
-        write_json_atomically(out_path, {  # after every shape: a call cut short keeps what ran
-            "gpu": torch.cuda.get_device_name(0), "references": references, "rows": rows,
-            "commit": os.environ.get("RMSNORM_BENCH_COMMIT"),
-            "kernel": fp8_kernels.rmsnorm_fp8_fwd_kernel.fn.__name__})  # fmt: skip
+        write_probe_json(out_path, references=references, rows=rows,
+                         kernel=fp8_kernels.rmsnorm_fp8_fwd_kernel.fn.__name__)  # fmt: skip
 
 
 if __name__ == "__main__":

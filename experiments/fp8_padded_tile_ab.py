@@ -59,11 +59,10 @@ calls. The peers' PYTHONPATH is kept: FlashInfer is timed only where it imports.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import torch
-from ab_timing import shapes_argument, write_json_atomically
+from ab_timing import shapes_argument, write_probe_json
 
 from harness.fp8_bench import _sets, _static_scale, _time
 from harness.oracle_fp8 import check_fp8
@@ -123,13 +122,15 @@ def _registers(call) -> dict:
 def _variant(shape, scaling, sets, scale, knobs, config, reference):
     knobs = {**PRODUCT, **knobs}
     block_n, tail_n = fp8.fp8_tiles(shape[1], scaling, knobs["split_tile"])
-    key = (scaling, block_n, 2, tail_n)
-    saved = fp8.FP8_LAUNCH_TABLE.get(key)
-    if config is not None:
-        fp8.FP8_LAUNCH_TABLE[key] = {"BLOCK_M": config[0], "num_warps": config[1]}
-    row = {"shape": list(shape), "scaling": scaling, **knobs, "tiles": (block_n, tail_n),
-           "config": fp8.fp8_launch_config(shape[1], scaling, 2, sets[0].x.device,
-                                           (block_n, tail_n)),
+    entry = None if config is None else {"BLOCK_M": config[0], "num_warps": config[1]}
+    with fp8.launch_table_entry((scaling, block_n, 2, tail_n), entry):
+        return _checked_and_timed(shape, scaling, sets, scale, knobs, config, reference,
+                                  (block_n, tail_n))  # fmt: skip
+
+
+def _checked_and_timed(shape, scaling, sets, scale, knobs, config, reference, tiles):
+    row = {"shape": list(shape), "scaling": scaling, **knobs, "tiles": tiles,
+           "config": fp8.fp8_launch_config(shape[1], scaling, 2, sets[0].x.device, tiles),
            "table": config is None}  # fmt: skip
     try:
         call = _forward(sets[0], scaling, scale, knobs)
@@ -151,11 +152,6 @@ def _variant(shape, scaling, sets, scale, knobs, config, reference):
     except Exception as exc:  # a config that does not compile or fit: a row, go on
         row["error"] = f"{type(exc).__name__}: {exc}"[:200]
         return row, None
-    finally:
-        if saved is None:
-            fp8.FP8_LAUNCH_TABLE.pop(key, None)
-        else:
-            fp8.FP8_LAUNCH_TABLE[key] = saved
 
 
 def _flashinfer_static():
@@ -215,10 +211,8 @@ def main(out_path: str, quick: bool = False, shapes: list | None = None,
         print(label, references[label], flush=True)
         del sets
         torch.cuda.empty_cache()
-        write_json_atomically(out_path, {  # after every shape: a call cut short keeps what ran
-            "gpu": torch.cuda.get_device_name(0), "references": references, "rows": rows,
-            "commit": os.environ.get("RMSNORM_BENCH_COMMIT"),
-            "kernel": fp8_kernels.rmsnorm_fp8_fwd_kernel.fn.__name__})  # fmt: skip
+        write_probe_json(out_path, references=references, rows=rows,
+                         kernel=fp8_kernels.rmsnorm_fp8_fwd_kernel.fn.__name__)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -177,3 +177,23 @@ def test_split_widths_must_be_single_tile_widths(value, capsys):
     with pytest.raises(SystemExit):
         fp8_tune.parse_args(["--split-n", value])
     assert "--split-n: expected" in capsys.readouterr().err
+
+
+def test_a_launch_table_entry_is_set_for_the_block_and_put_back():
+    key, config = ("block", 4096, 2, 0), {"BLOCK_M": 2, "num_warps": 4}
+    assert key not in fp8.FP8_LAUNCH_TABLE
+    with fp8.launch_table_entry(key, config):
+        assert fp8.FP8_LAUNCH_TABLE[key] == config
+    assert key not in fp8.FP8_LAUNCH_TABLE
+    earlier = {"BLOCK_M": 1, "num_warps": 8}
+    fp8.FP8_LAUNCH_TABLE[key] = earlier
+    try:
+        with pytest.raises(RuntimeError, match="inside"), fp8.launch_table_entry(key, config):
+            assert fp8.FP8_LAUNCH_TABLE[key] == config
+            raise RuntimeError("inside")
+        assert fp8.FP8_LAUNCH_TABLE[key] == earlier
+        with fp8.launch_table_entry(key, None):  # None: the entry as it is
+            assert fp8.FP8_LAUNCH_TABLE[key] == earlier
+        assert fp8.FP8_LAUNCH_TABLE[key] == earlier
+    finally:
+        del fp8.FP8_LAUNCH_TABLE[key]

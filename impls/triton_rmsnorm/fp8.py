@@ -25,6 +25,8 @@ returns its dgrad for dy_port.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from . import common, fp8_kernels, fp8_table, launch
@@ -51,6 +53,22 @@ FP8_LOOPED_WARPS = 8
 #: Configurations set in this process: (scaling, BLOCK_N, x's itemsize, TAIL_N) -> {"BLOCK_M",
 #: "num_warps"}, read before the GPU's committed launch table (fp8_table.py).
 FP8_LAUNCH_TABLE: dict[tuple[str, int, int, int], dict] = {}
+
+
+@contextlib.contextmanager
+def launch_table_entry(key: tuple[str, int, int, int], config: dict | None):
+    """FP8_LAUNCH_TABLE[key] = config inside the with block (None leaves the entry as it is),
+    then the entry as it was: the tuner and the probes time a configuration this way."""
+    saved = FP8_LAUNCH_TABLE.get(key)
+    if config is not None:
+        FP8_LAUNCH_TABLE[key] = config
+    try:
+        yield
+    finally:
+        if saved is None:
+            FP8_LAUNCH_TABLE.pop(key, None)
+        else:
+            FP8_LAUNCH_TABLE[key] = saved
 
 
 def fp8_block_n(n: int, scaling: str) -> int:

@@ -64,21 +64,13 @@ def candidates(block_n: int) -> list[dict]:
 
 def _time_config(scaling, itemsize, tiles, config, arg_sets, static, stream) -> float:
     """Device µs of one forward at these tiles and configuration (FP8_LAUNCH_TABLE, restored)."""
-    key = (scaling, tiles[0], itemsize, tiles[1])
-    saved = fp8.FP8_LAUNCH_TABLE.get(key)
-    fp8.FP8_LAUNCH_TABLE[key] = config
-    try:
 
-        def call(args, scaling=scaling, static=static, split=tiles[1] > 0):
-            fp8.rmsnorm_fp8_forward(args[0], args[1], EPS, 0.0, scaling, static,
-                                    torch.float8_e4m3fn, split_tile=split)  # fmt: skip
+    def call(args, scaling=scaling, static=static, split=tiles[1] > 0):
+        fp8.rmsnorm_fp8_forward(args[0], args[1], EPS, 0.0, scaling, static,
+                                torch.float8_e4m3fn, split_tile=split)  # fmt: skip
 
+    with fp8.launch_table_entry((scaling, tiles[0], itemsize, tiles[1]), config):
         return 1e3 * tuning._median_ms(call, arg_sets, stream)
-    finally:
-        if saved is None:
-            fp8.FP8_LAUNCH_TABLE.pop(key, None)
-        else:
-            fp8.FP8_LAUNCH_TABLE[key] = saved
 
 
 def tune_width(
