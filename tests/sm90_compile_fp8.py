@@ -60,11 +60,6 @@ def compile_case(case: dict):
     return sm90_compile.compile_sm90(kernel, pointers, constexprs, options)
 
 
-def _first(pattern: str, ptx: str) -> int:
-    found = re.search(pattern, ptx)
-    return found.start() if found else -1
-
-
 def main(cases: list[dict]) -> list[dict]:
     from tests import sm90_compile
 
@@ -82,10 +77,6 @@ def main(cases: list[dict]) -> list[dict]:
             "setp": len(re.findall(r"\bsetp\.", ptx)),
             "selp": len(re.findall(r"\bselp\.", ptx)),
             "barriers": len(re.findall(r"\bbar\.sync\b|\bbarrier\.sync\b", ptx)),
-            # where in the PTX (character offsets, -1: none): the order of a row's chain
-            "first scalar load at": _first(r"\bld\.global\.b32 ", ptx),
-            "first div.rn at": _first(r"\bdiv\.rn\.f32\b", ptx),
-            "first barrier at": _first(r"\bbar\.sync\b|\bbarrier\.sync\b", ptx),
             **sm90_compile.wait_report(ptx),
         })  # fmt: skip
     return report
