@@ -348,6 +348,14 @@ def _resume_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace, on_cuda: bool) -> None:
     """Errors argparse cannot see alone (exit 2, with the usage line)."""
+    plot_options = [f"--{name.replace('_', '-')}" for name in ("plot", "plot_n", "plot_first_call")
+                    if getattr(args, name) is not None]  # fmt: skip
+    if plot_options:
+        from harness.report import plotting_problem
+
+        problem = plotting_problem()
+        if problem:  # before measuring: a long run must not end in an ImportError at its plot
+            parser.error(f"argument {plot_options[0]}: {problem}")
     if args.from_files is not None:
         args.from_files = [path for paths in args.from_files for path in paths]
         given = [f"--{name}" for name in ("backends", "preset", "out", "timing")

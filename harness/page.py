@@ -439,6 +439,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("results/README.md"), help="the page to write")
     p.add_argument("--no-plots", action="store_true", help="do not draw plots that are missing")
     args = p.parse_args(argv)
+    if not args.no_plots:
+        from harness.report import plotting_problem
+
+        problem = plotting_problem()
+        if problem:
+            p.error(f"{problem} (or --no-plots: the page without the plots that are missing)")
     pages = build_pages(args.index, args.out, make_plots=not args.no_plots)
     for path, text in pages.items():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -164,6 +164,15 @@ def x_axis(rows: list[dict]) -> tuple[str, str]:
     return ("n", "N (hidden size)") if len(widths) > len(sizes) else ("mn", "M*N elements")
 
 
+def plotting_problem() -> str | None:
+    """Why plots cannot be drawn here (matplotlib missing), or None."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return "plots need matplotlib, which is not installed: pip install -e '.[plots]'"
+    return None
+
+
 def plot(rows: list[dict], path: str, title: str = "", op: str = "rmsnorm") -> None:
     """Bandwidth of ``op`` per backend against M*N (or N, see x_axis): one panel per
     (mode, timing) the run measured (a forward-only run gets no empty backward panels). Rows
