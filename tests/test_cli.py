@@ -215,9 +215,9 @@ def test_a_run_cut_short_is_resumed_in_its_own_file(capsys, tmp_path, monkeypatc
 
 
 def test_files_from_before_completion_records_are_not_called_incomplete():
-    from tests.test_harness import H200_SEED_RUN
+    from tests.test_harness import H200_LEGACY_RUN
 
-    provenance, _, _ = results.load(H200_SEED_RUN)
+    provenance, _, _ = results.load(H200_LEGACY_RUN)
     assert provenance["complete"] is None
 
 
@@ -259,7 +259,7 @@ def test_the_estimate_takes_its_pace_from_the_runs_the_gpu_index_lists(capsys, t
     lists and the folder's *.jsonl, newest by start time; an interrupted run only when no
     complete one has it. Runs without elapsed_s (those committed before rows had it) give none."""
     from harness import page
-    from tests.test_harness import H200_SEED_RUN
+    from tests.test_harness import H200_LEGACY_RUN
 
     folder = tmp_path / results.gpu_slug({"gpu": "NVIDIA H200"})
     name = "2026-12-02-0123456789ab-decode.jsonl"
@@ -271,7 +271,7 @@ def test_the_estimate_takes_its_pace_from_the_runs_the_gpu_index_lists(capsys, t
     elapsed = [r["elapsed_s"] for r in rows]
     assert len(rows) == 2 and all(e >= 0 for e in elapsed)
 
-    lines = H200_SEED_RUN.read_text().splitlines()
+    lines = H200_LEGACY_RUN.read_text().splitlines()
     committed = folder / "2026-12-03-0123456789ab-seed.jsonl"  # complete, no elapsed_s
     committed.write_text("\n".join(lines) + "\n")
     unfinished = folder / "2026-12-04-0123456789ab-wide.jsonl"  # elapsed_s, never completed
@@ -298,7 +298,7 @@ def test_the_estimate_takes_its_pace_from_the_runs_the_gpu_index_lists(capsys, t
     assert compare._recorded_pace("A GPU never measured", root=tmp_path) is None
 
     # the committed index parses, and every run it lists is a source
-    h200 = H200_SEED_RUN.parent
+    h200 = H200_LEGACY_RUN.parent
     listed = {row["path"].name for row in page.read_index(h200 / "INDEX.md")}
     assert {p.name for p in compare._pace_sources(h200)} >= {n for n in listed
                                                               if n.endswith(".jsonl")}  # fmt: skip
@@ -332,3 +332,26 @@ def test_overhead_without_cuda_is_a_one_line_error(capsys):
     assert overhead.main([]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "needs a CUDA GPU" in err
+
+
+def test_plot_options_without_matplotlib_fail_before_anything_runs(monkeypatch, capsys, tmp_path):
+    """--plot (and --plot-n, --plot-first-call) without matplotlib: a usage error naming the
+    option and the install command, before a run is measured or ranked, not an ImportError at
+    its end; harness.page the same, unless --no-plots."""
+    import sys
+
+    from harness import page
+    from tests.test_harness import H200_SEED_RUN
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    for option in ("--plot", "--plot-n", "--plot-first-call"):
+        with pytest.raises(SystemExit) as exit_info:
+            compare_main(["--from", str(H200_SEED_RUN), option, str(tmp_path / "p.png")])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert f"argument {option}: plots need matplotlib" in err and ".[plots]" in err
+        assert not (tmp_path / "p.png").exists()
+    with pytest.raises(SystemExit) as exit_info:
+        page.main(["results/nvidia-h200/INDEX.md", "--out", str(tmp_path / "README.md")])
+    assert exit_info.value.code == 2 and "--no-plots" in capsys.readouterr().err
+    assert not (tmp_path / "README.md").exists()

@@ -11,7 +11,9 @@ from harness import report, results, shapes, traffic
 from harness.compare import main as compare_main
 
 #: The full seed-sweep run that results/README.md is generated from.
-H200_SEED_RUN = Path("results/nvidia-h200/2026-11-30-e4768343e8e4-seed.jsonl")
+H200_SEED_RUN = Path("results/nvidia-h200/2026-12-04-f63c5edcc0a8-seed.jsonl")
+#: A committed run from before results files had completion records and rows had elapsed_s.
+H200_LEGACY_RUN = Path("results/nvidia-h200/2026-11-30-e4768343e8e4-add.jsonl")
 
 
 def test_byte_model():
@@ -123,7 +125,7 @@ def test_from_prints_the_committed_h200_ranking(capsys):
 def test_from_several_runs_writes_one_page_with_ours_against_the_fastest_peer(tmp_path, capsys):
     """Each --from file is one run, ranked on its own; the page pivots ours against the fastest
     oracle-passing peer per case, and appends the notes file."""
-    runs = sorted(Path("results/nvidia-h200").glob("2026-11-30-e4768343e8e4-*.jsonl"))
+    runs = sorted(Path("results/nvidia-h200").glob("2026-12-04-f63c5edcc0a8-seed*.jsonl"))
     assert len(runs) >= 2
     notes = tmp_path / "notes.md"
     notes.write_text("## hand-written notes\n")
