@@ -330,13 +330,13 @@ def build_pages(index: Path, out: Path, make_plots: bool = True) -> dict[Path, s
             tables = json_of[e["run"]]
             if tables is None:  # a probe's JSON: listed in the runs table only
                 continue
-            lines += [*head, f"`{rel(path)}`: {e['what']}. {link}.", ""]
+            lines += [*head, f"`{rel(path)}`. {link}.", ""]  # its what: the runs table
             pages[page_path] = _run_page(e, i, tables, page_path, out, command)
             continue
         provenance, ceiling, rows = results.load(path)
         line = _provenance_line(provenance, ceiling, software)
         software = _software(provenance)
-        lines += [*head, f"`{rel(path)}`: {e['what']}. {line}. {link}.", ""]
+        lines += [*head, f"`{rel(path)}`: {line}. {link}.", ""]  # its what: the runs table
         plot = []
         if e["plot_path"] is not None:
             if make_plots and not e["plot_path"].exists():
