@@ -343,6 +343,21 @@ def test_tuner_main_sweeps_saves_resumes_with_merge_and_stops_on_budget(
     assert tune.main([*grid[:-1], "--budget-s", "45"]) == 0
     assert len(ran) == 2 and len(Table.load(out)) == 2
     assert Table.load(out).meta["gpu"] == "NVIDIA H200"
+    # --retune: the grid's held points measured again and replaced, the others kept as they were
+    made_with = Table.load(out).meta["made_with"]
+    other = Entry(dispatch.entry_key("fwd", (torch.bfloat16,) * 3, False), 4096, 1, "looped", {})
+    kept = Table([*Table.load(out).entries(), other], Table.load(out).meta)
+    kept.save(out)
+    ran.clear()
+    monkeypatch.setattr(tune.time, "perf_counter", lambda: 0.0)
+    assert tune.main([*grid, "--m", "1", "--merge", "--retune"]) == 0
+    assert sorted((p[0], p[3]) for p in ran) == [("bwd", 256), ("bwd", 512), ("fwd", 256),
+                                                  ("fwd", 512)]  # fmt: skip
+    table = Table.load(out)
+    assert (other.key, 4096, 1) in table and table.lookup(other.key, 4096, 1).path == "looped"
+    assert table.meta["made_with"] == made_with and len(table.meta["retuned"]) == 1
+    assert table.meta["retuned"][0]["m"] == [1]
+    assert tune.main([*grid, "--retune"]) == 2  # it needs --merge
 
 
 def test_unify_without_gpu_gives_each_width_its_largest_m_class_pick(tmp_path):

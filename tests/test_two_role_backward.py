@@ -35,7 +35,9 @@ def test_launch_offers_it_for_small_aligned_rows(pretend_device):
     assert offered(512, 2048) and offered(512, 8192) and offered(2, 2048, torch.float32)
     assert offered(1024, 4096, torch.float16) and offered(2048, 2048)
     assert offered(512, 4088, width=4096)  # strided rows on 16 bytes
-    assert not offered(512, launch.TWO_ROLE_MAX_N + 8)
+    assert offered(256, 16384) and offered(1, 16384)  # decode-sized rows of the widest tile
+    assert not offered(512, 16384)  # 8M elements: past TWO_ROLE_MAX_ELEMENTS
+    assert not offered(1, launch.TWO_ROLE_MAX_N + 8)  # the looped backward's widths
     assert not offered(2048, launch.TWO_ROLE_MIN_N - 8)  # few column programs, long walks
     assert not offered(1024, 8192) and not offered(4096, 2048)  # past TWO_ROLE_MAX_ELEMENTS
     assert not offered(512, 4092)  # rows 8 bytes off 16 alike: the shifted kernel's
@@ -55,10 +57,12 @@ def test_device_part_of_the_decision(pretend_device):
 
 
 def test_column_tiles_follow_the_tile_width():
-    """The probe's best column tile at 2048, 4096 and 8192 columns; narrower rows take 2048's."""
+    """The probe's best column tile at 2048, 4096 and 8192 columns, 16384's the same count of
+    column programs; narrower rows take 2048's."""
     assert launch.two_role_column_tile(64) == launch.two_role_column_tile(2048) == (16, 128, 3)
     assert launch.two_role_column_tile(4096) == (32, 128, 4)
     assert launch.two_role_column_tile(8192) == (64, 64, 3)
+    assert launch.two_role_column_tile(16384) == (128, 32, 3)
 
 
 def test_backward_offers_it_beside_the_single_tile(monkeypatch):
@@ -93,6 +97,7 @@ def two_roles():
         ((5, 2048), torch.bfloat16),  # fewer rows than programs
         ((40, 4096), torch.float16),  # the 4096- and 8192-column tiles of the table
         ((7, 8192), torch.bfloat16),
+        ((3, 16384), torch.bfloat16),  # the widest tile: 128 column programs of 128 columns
     ],
     ids=lambda p: "x".join(map(str, p)) if isinstance(p, tuple) else DTYPE_NAMES.get(p, str(p)),
 )

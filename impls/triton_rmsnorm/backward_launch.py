@@ -56,12 +56,14 @@ DW_REDUCE_FEW_ROWS_NARROW_WARPS = 4
 #: Past that size each column program's walk over every row is the critical path; narrower rows
 #: leave few column programs, each walking more rows (not offered; docs/design.md, Backward).
 TWO_ROLE_MIN_N = 2048
-TWO_ROLE_MAX_N = 8192
+TWO_ROLE_MAX_N = 16384
 TWO_ROLE_MAX_ELEMENTS = 1 << 22
 #: Its column programs' tile, per single-tile width (BLOCK_N): (COL_BLOCK columns, COL_ROWS rows
 #: a step, COL_STAGES): a sweep's best at 2048, 4096 and 8192 columns, about one column
-#: program an SM there (docs/design.md, Backward).
-TWO_ROLE_COLUMN_TILES = {2048: (16, 128, 3), 4096: (32, 128, 4), 8192: (64, 64, 3)}
+#: program an SM there (docs/design.md, Backward); 16384's keeps that count and 8192's tile
+#: size (written before it was timed: the dispatch table decides whether it serves a call).
+TWO_ROLE_COLUMN_TILES = {2048: (16, 128, 3), 4096: (32, 128, 4), 8192: (64, 64, 3),
+                         16384: (128, 32, 3)}  # fmt: skip
 
 
 def backward_is_looped(n: int) -> bool:

@@ -8,7 +8,8 @@ The grid: N = every power of two from 64 to 262144 and real-model hidden sizes, 
 1, 8, 64, 512, 4096, 16384 (M x N at most --max-elements), plus the harness presets' shapes;
 bf16 and fp16 by default. --budget-s stops between points and writes what it has; --merge adds
 to an existing table and skips the points it holds, so a sweep can run over several calls. The
-grouped (cooperative) paths are left out unless --allow-group. --repick and --repick-jointly
+grouped (cooperative) paths are left out unless --allow-group. --merge --retune measures points
+the table holds again (a path newly offered there). --repick and --repick-jointly
 re-pick the forward entries of an existing table instead of sweeping (batch_invariance.py). Progress goes to stdout, one
 line a point; the table is saved after every point (atomically).
 """
@@ -81,6 +82,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--merge", action="store_true",
                         help="add to --out's entries and skip the points it holds (a sweep over "
                         "several calls); without it --out is replaced")  # fmt: skip
+    parser.add_argument("--retune", action="store_true",
+                        help="with --merge: measure the grid's points again where --out holds "
+                        "them (a path newly offered there, say), replacing their entries; "
+                        "the table's other entries are kept")  # fmt: skip
     parser.add_argument("--budget-s", type=float, default=None,
                         help="stop starting new points after this many seconds (the table "
                         "holds every point finished)")  # fmt: skip
@@ -189,6 +194,10 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.retune and not args.merge:
+        print("--retune: re-measures points of an existing table, so it needs --merge (without "
+              "it --out is replaced anyway)", file=sys.stderr)  # fmt: skip
+        return 2
     if args.repick_jointly and (args.m or args.repick):
         print("--repick-jointly: re-picks every M class of a width (no --m), and not with "
               "--repick", file=sys.stderr)  # fmt: skip
@@ -213,7 +222,15 @@ def main(argv=None) -> int:
     if args.repick or args.repick_jointly:
         return _repick_main(args, device, out)
     table = Table.load(out) if args.merge and out.exists() else Table()
-    table.meta = {**table.meta, "gpu": name, "made_with": _provenance(args, name)}
+    if args.retune:  # the session measures only calls whose class it holds no entry for
+        held = {_point_key(p) for p in points}
+        table = Table([e for e in table.entries() if (e.key, e.n, e.m) not in held], table.meta)
+        table.meta["retuned"] = [*table.meta.get("retuned", ()), {
+            **_provenance(args, name), "directions": list(args.directions),
+            "dtypes": list(args.dtypes), "n": list(args.n) if args.n else "all",
+            "m": list(args.m) if args.m else "all", "residual": args.residual}]  # fmt: skip
+    if not args.retune:  # a re-tune keeps the table's made_with; its own record is "retuned"
+        table.meta = {**table.meta, "gpu": name, "made_with": _provenance(args, name)}
     todo = [p for p in points if _point_key(p) not in table]
     print(f"tune: {name}: {len(points)} points, {len(points) - len(todo)} already in {out}, "
           f"{len(todo)} to tune; budget {args.budget_s or 'none'} s", flush=True)  # fmt: skip
