@@ -348,14 +348,6 @@ def _resume_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace, on_cuda: bool) -> None:
     """Errors argparse cannot see alone (exit 2, with the usage line)."""
-    plot_options = [f"--{name.replace('_', '-')}" for name in ("plot", "plot_n", "plot_first_call")
-                    if getattr(args, name) is not None]  # fmt: skip
-    if plot_options:
-        from harness.report import plotting_problem
-
-        problem = plotting_problem()
-        if problem:  # before measuring: a long run must not end in an ImportError at its plot
-            parser.error(f"argument {plot_options[0]}: {problem}")
     if args.from_files is not None:
         args.from_files = [path for paths in args.from_files for path in paths]
         given = [f"--{name}" for name in ("backends", "preset", "out", "timing")
@@ -363,6 +355,7 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace, on_cu
         if given:
             parser.error(f"argument --from: ranks stored runs; {', '.join(given)} only apply "
                          "when measuring")  # fmt: skip
+        _check_plotting(parser, args)
         return
     if args.resume is not None:
         given = [f"--{name}" for name in ("from_files", "backends", "preset", "out", "timing", "costs")
@@ -396,6 +389,20 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace, on_cu
         parser.error("argument --plot: a correctness run (--timing check) has no bandwidth to plot")
     if args.timing == ["check"] and args.markdown is not None:
         parser.error("argument --markdown: a results page ranks timings; --timing check has none")
+    _check_plotting(parser, args)
+
+
+def _check_plotting(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Plot options need matplotlib: said before measuring (a long run must not end in an
+    ImportError at its plot), after the options' other errors."""
+    options = [f"--{name.replace('_', '-')}" for name in ("plot", "plot_n", "plot_first_call")
+               if getattr(args, name) is not None]  # fmt: skip
+    if options:
+        from harness.report import plotting_problem
+
+        problem = plotting_problem()
+        if problem:
+            parser.error(f"argument {options[0]}: {problem}")
 
 
 def correctness_table(rows: list[dict], op: str, modes: list[str]) -> str:
