@@ -17,7 +17,8 @@ backward calls over rotating inputs, the forwards run before on the capture stre
   8, 16 and 32 warps, BLOCK_M 1, LOOP_STAGES 1.
 Each variant is first checked by harness.checks.check_backend (the fp32 oracle, and the mirrored
 second call); dx's bits are compared with the table's call (the row programs' arithmetic is the
-single tile's: the same bits where the warps match).
+single tile's: the same bits where the warps match); each row records the launch configurations
+that ran (launch.take_launch_configs).
 
 Prediction: at 1-16 rows x 16384 the two-role kernel at 2.6-3.2 µs (1.8-2.2x the table's path,
 ahead of torch.compile's 4.4-5.0), its gain falling with M; at 256 rows within 10% of the single
@@ -26,7 +27,7 @@ tile either way. 8192 is timed as the reference (the table's two-role there). If
 
     PYTHONPATH=.:experiments:$PYTHONPATH python experiments/backward_two_role_16384_ab.py OUT.json
 
-About 1 min.
+A few minutes (each shape class and warp count compiles its kernels): give it 300 s.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import sys
 import torch
 from ab_timing import write_probe_json
 
-from impls.triton_rmsnorm import dispatch, rmsnorm
+from impls.triton_rmsnorm import dispatch, launch, rmsnorm
 
 SHAPES = [(1, 16384), (4, 16384), (16, 16384), (64, 16384), (256, 16384), (1, 8192), (64, 8192)]
 WARPS = (8, 16, 32)
@@ -95,7 +96,10 @@ def main(out_path: str) -> None:
                 row = {"dtype": str(dtype).removeprefix("torch."), "m": m, "n": n, "variant": name}
                 try:
                     row["passed"], row["detail"] = _checked((m, n), dtype, forced)
+                    launch.take_launch_configs()
                     dx = _dx(sets[0].x, sets[0].weight, sets[0].dy, forced)
+                    row["launched"] = launch.take_launch_configs()  # what ran: a config outside
+                    # the kernel's space would have been replaced by the heuristic's, silently
                     row["dx_same_bits_as_table"] = torch.equal(dx, reference_dx)
                     calls, stream = [], torch.cuda.Stream()
                     stream.wait_stream(torch.cuda.current_stream())
