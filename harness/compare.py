@@ -614,6 +614,9 @@ def _resumed(path: Path, info: dict, config) -> tuple:
     from harness import results
 
     provenance, ceiling, rows = results.load(path)
+    if provenance.pop("cut_line", None) is not None:  # a row written in part: dropped here
+        print(f"--resume {path}: its last line was written in part (the run was killed "
+              "inside a write); dropped", file=sys.stderr)  # fmt: skip
     from harness.provenance import run_differences
 
     what = run_differences(provenance, info)

@@ -352,11 +352,16 @@ def _argv_sets_options(argv) -> bool:
 def _resume(parser, args):
     """(rows to keep, shapes done, args with the file's options): a shape is done when its
     "shape-done" record is in; rows of shapes cut short, and "not run" budget rows, go."""
+    from harness import results
+
     path = args.resume
     try:
-        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (OSError, json.JSONDecodeError) as exc:
+        records, cut_line = results.json_lines(path.read_text(), path)
+    except (OSError, ValueError) as exc:
         parser.error(f"argument --resume: {path}: not a fp8_bench results file ({exc})")
+    if cut_line is not None:  # the shape it belonged to has no "shape-done" record: redone
+        print(f"--resume {path}: line {cut_line} was written in part (the run was killed "
+              "inside a write); dropped", file=sys.stderr)  # fmt: skip
     if not records or records[0].get("case") != "provenance" or "config" not in records[0]:
         parser.error(f"argument --resume: {path} does not record its options (written before "
                      "--resume existed, or not a fp8_bench file)")  # fmt: skip

@@ -103,11 +103,33 @@ class ResultWriter:
         self._file.close()
 
 
+def json_lines(text: str, path: str | Path) -> tuple[list[dict], int | None]:
+    """The records of a JSON-lines file's text, and the number of a last line whose write was
+    cut short (not JSON, no newline after it: the process killed mid-line), which is left
+    out; None when there is none. A line that is not JSON anywhere else raises ValueError."""
+    lines = text.splitlines()
+    records, cut_line = [], None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            if number == len(lines) and not text.endswith("\n"):
+                cut_line = number
+                continue
+            raise ValueError(f"{path}:{number}: not a JSON record ({exc})") from exc
+    return records, cut_line
+
+
 def load(path: str | Path) -> tuple[dict, dict, list[dict]]:
     """(provenance, ceiling, rows) from a results file or a pytest-benchmark JSON file.
 
     provenance["complete"]: True when the run finished, False when it was interrupted (a
-    format-2 file without its "complete" record), None when the file cannot tell."""
+    format-2 file without its "complete" record), None when the file cannot tell. A last line
+    that is not JSON and has no newline after it is a record whose write was cut short (the
+    process killed mid-line, by a time limit, say): it is left out, and provenance["cut_line"]
+    names its line; a line that is not JSON anywhere else is an error."""
     text = Path(path).read_text(encoding="utf-8")
     try:
         whole = json.loads(text)
@@ -121,13 +143,8 @@ def load(path: str | Path) -> tuple[dict, dict, list[dict]]:
         )
     provenance, ceiling, rows = {}, {}, []
     complete = None
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{number}: not a JSON record ({exc})") from exc
+    records, cut_line = json_lines(text, path)
+    for record in records:
         kind = record.pop("kind", "row")
         if kind == "provenance":
             provenance = record
@@ -141,6 +158,8 @@ def load(path: str | Path) -> tuple[dict, dict, list[dict]]:
         provenance["complete"] = complete.get("rows") == len(rows)
     else:
         provenance["complete"] = False if provenance.get("format", 1) >= FORMAT else None
+    if cut_line is not None:
+        provenance["cut_line"] = cut_line
     return provenance, ceiling, rows
 
 
