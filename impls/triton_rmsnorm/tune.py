@@ -225,11 +225,10 @@ def main(argv=None) -> int:
     if args.retune:  # the session measures only calls whose class it holds no entry for
         held = {_point_key(p) for p in points}
         table = Table([e for e in table.entries() if (e.key, e.n, e.m) not in held], table.meta)
-        table.meta["retuned"] = [*table.meta.get("retuned", ()), {
-            **_provenance(args, name), "directions": list(args.directions),
-            "dtypes": list(args.dtypes), "n": list(args.n) if args.n else "all",
-            "m": list(args.m) if args.m else "all", "residual": args.residual}]  # fmt: skip
-    if not args.retune:  # a re-tune keeps the table's made_with; its own record is "retuned"
+        # the table keeps its made_with; this re-tune gets a record of its own
+        table.meta["retuned"] = [*table.meta.get("retuned", ()),
+                                 {**_points_record(args, name), "directions": list(args.directions)}]  # fmt: skip
+    else:
         table.meta = {**table.meta, "gpu": name, "made_with": _provenance(args, name)}
     todo = [p for p in points if _point_key(p) not in table]
     print(f"tune: {name}: {len(points)} points, {len(points) - len(todo)} already in {out}, "
@@ -273,9 +272,7 @@ def _repick_main(args: argparse.Namespace, device: torch.device, out: Path) -> i
         return 2
     table = Table.load(out)
     table.meta = {**table.meta, "repicked": [*table.meta.get("repicked", ()), {
-        **_provenance(args, torch.cuda.get_device_name(device)),
-        "dtypes": list(args.dtypes), "residual": args.residual,
-        "n": list(args.n) if args.n else "all", "m": list(args.m) if args.m else "all",
+        **_points_record(args, torch.cuda.get_device_name(device)),
         "jointly": bool(args.repick_jointly),
     }]}  # fmt: skip
     start = time.perf_counter()
@@ -331,6 +328,13 @@ def _describe(point: tuple) -> tuple:
         f"n={n}",
         f"m={m}",
     )
+
+
+def _points_record(args: argparse.Namespace, name: str) -> dict:
+    """A re-pick's or re-tune's record in the table's meta: the session's provenance and the
+    points it chose (dtypes, residual, n and m as given, "all" where not)."""
+    return {**_provenance(args, name), "dtypes": list(args.dtypes), "residual": args.residual,
+            "n": list(args.n) if args.n else "all", "m": list(args.m) if args.m else "all"}  # fmt: skip
 
 
 def _provenance(args: argparse.Namespace, name: str) -> dict:
