@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from harness import provenance
-    from harness.report import ncu_table
+    from harness.cost_tables import ncu_table
     from impls import select_backends
 
     if not torch.cuda.is_available():

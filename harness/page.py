@@ -21,6 +21,9 @@ import os
 import sys
 from pathlib import Path
 
+from harness import cost_tables, plots
+from harness.rows import fmt, geomean, op_of, ops_in, timings_of
+
 #: Columns every index must have (more may follow; they are shown in the runs table).
 INDEX_COLUMNS = ("run", "file", "plot", "what")
 
@@ -72,10 +75,6 @@ def _table(headers: list[str], body: list[list]) -> str:
     return "\n".join([row(headers), row(["---"] * len(headers)), *(row(line) for line in body)])
 
 
-def _fmt(value, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def _short(reason: str) -> str:
     """A not-run reason's status and first clause ("unavailable: X is not installed"); the
     whole text is in the results file and in `harness.compare --from`."""
@@ -88,7 +87,7 @@ def mode_table(rows: list[dict], mode: str, op: str) -> str:
     (device-only order; a backend only timed host-inclusive follows)."""
     from harness import report
 
-    timings = report.timings_of([r for r in rows if report.op_of(r) == op], mode)
+    timings = timings_of([r for r in rows if op_of(r) == op], mode)
     rankings = {t: {e["backend"]: e for e in report.ranking(rows, mode, t, op)} for t in timings}
     order = list(dict.fromkeys(b for t in timings for b in rankings[t]))
     headers = ["backend", "cases"]
@@ -108,10 +107,10 @@ def mode_table(rows: list[dict], mode: str, op: str) -> str:
                 line += ["", ""] + ([""] if ceiling else [])
                 continue
             gbps = e["common_geomean_gbps"] if e["common_cases"] else e["geomean_gbps"]
-            line += [e["rank"], _fmt(gbps, ".0f")]
-            line += [_fmt(e["geomean_pct_ceiling"], ".1f")] if ceiling else []
+            line += [e["rank"], fmt(gbps, ".0f")]
+            line += [fmt(e["geomean_pct_ceiling"], ".1f")] if ceiling else []
         verdict = first["oracle"] + (" SUSPECT" if first["suspect"] else "")
-        line += [_fmt(first["worst_bound_use"], ".2f"), verdict]
+        line += [fmt(first["worst_bound_use"], ".2f"), verdict]
         body.append(line)
     notes = sorted({f"{e['backend']}: {_short(n)}" for t in timings
                     for e in rankings[t].values() for n in e["not_run"]})  # fmt: skip
@@ -124,12 +123,11 @@ def costs_table(rows: list[dict], op: str) -> str:
     and backward side by side: median host us a call, first call seconds (cold and warm
     caches), batch invariance and cross-process determinism. `harness.compare --from` shows
     each with its case counts and the first call's extra memory."""
-    from harness import report
 
-    modes = [m for m in ("fwd", "bwd") if report.has_costs(rows, op, m)]
+    modes = [m for m in ("fwd", "bwd") if cost_tables.has_costs(rows, op, m)]
     if not modes:
         return ""
-    entries = {m: {e["backend"]: e for e in report.cost_entries(rows, op, m)} for m in modes}
+    entries = {m: {e["backend"]: e for e in cost_tables.cost_entries(rows, op, m)} for m in modes}
     columns = [
         ("host us", "host_us", ".1f"),
         ("first s cold/warm", None, None),
@@ -153,10 +151,10 @@ def _cost_cell(entry: dict | None, column: tuple) -> str:
     _title, field, spec = column
     if field is None:  # first call: cold/warm seconds
         cold, warm = entry["first_cold_s"], entry["first_warm_s"]
-        return "-" if cold is None else f"{cold:.2f}/{_fmt(warm, '.2f')}"
+        return "-" if cold is None else f"{cold:.2f}/{fmt(warm, '.2f')}"
     value = entry[field]
     if spec is not None:
-        return _fmt(value, spec)
+        return fmt(value, spec)
     return str(value).split(" (")[0]  # yes / no / -: the counts are in compare --from
 
 
@@ -170,8 +168,8 @@ def versus_line(rows: list[dict], mode: str, timing: str, op: str) -> str:
     ratios = [e["ratio"] for e in entries]
     worst = min(entries, key=lambda e: e["ratio"])
     ahead = sum(r >= 1 - report.TIE for r in ratios)
-    geomean = report._geomean(ratios)
-    return (f"{mode}, {timing}: {geomean:.3f} of the fastest peer (geomean), ahead or tied at "
+    mean = geomean(ratios)
+    return (f"{mode}, {timing}: {mean:.3f} of the fastest peer (geomean), ahead or tied at "
             f"{ahead}/{len(ratios)}; worst {worst['ratio']:.2f}, {worst['m']}x{worst['n']} "
             f"{worst['dtype']} ({worst['peer']})")  # fmt: skip
 
@@ -186,7 +184,7 @@ def json_tables(path: Path) -> list[str] | None:
         return [host_cost_table(data)]
     records = data.get("records") if isinstance(data, dict) else None
     if records and all("model_bytes" in r for r in records):
-        from harness.report import NCU_HEADERS, NCU_NOTE, ncu_rows
+        from harness.cost_tables import NCU_HEADERS, NCU_NOTE, ncu_rows
 
         return [f"{NCU_NOTE}\n\n{_table(NCU_HEADERS, ncu_rows(records))}"]
     rows = data.get("rows") if isinstance(data, dict) else None
@@ -199,10 +197,10 @@ def json_tables(path: Path) -> list[str] | None:
 
 def first_call_table(rows: list[dict]) -> str:
     """A harness.first_call JSON: each shape's first call and a steady one, per cache state."""
-    mib = lambda b: _fmt(None if b is None else b / 2**20, ".1f")  # noqa: E731
+    mib = lambda b: fmt(None if b is None else b / 2**20, ".1f")  # noqa: E731
     body = [[f"{r['m']}x{r['n']}", r["dtype"].removeprefix("torch."), r["backend"], r["cache"],
-             _fmt(r.get("process_first_s"), ".2f"), _fmt(r.get("first_s"), ".3f"),
-             _fmt(None if r.get("steady_s") is None else 1e3 * r["steady_s"], ".3f"),
+             fmt(r.get("process_first_s"), ".2f"), fmt(r.get("first_s"), ".3f"),
+             fmt(None if r.get("steady_s") is None else 1e3 * r["steady_s"], ".3f"),
              mib(r.get("first_extra_bytes")), mib(r.get("steady_extra_bytes"))]
             for r in rows]  # fmt: skip
     head = ("First calls (`python -m harness.first_call`): in a fresh process, a warm-up call "
@@ -216,8 +214,8 @@ def first_call_table(rows: list[dict]) -> str:
 def host_cost_table(data: dict) -> str:
     """A harness.host_cost JSON: its summary against the bars, then every case."""
     body = [[r["dtype"], f"{r['m']}x{r['n']}", r["mode"], r.get("host_path", "python"),
-             _fmt(r.get("ours_us"), ".1f"), _fmt(r.get("torch_us"), ".1f"),
-             _fmt(r.get("ratio"), ".2f"),
+             fmt(r.get("ours_us"), ".1f"), fmt(r.get("torch_us"), ".1f"),
+             fmt(r.get("ratio"), ".2f"),
              {True: "yes", False: "no"}.get(r.get("met"), "-")] for r in data["rows"]]  # fmt: skip
     head = ("Host µs a call, ours against torch.nn.functional.rms_norm, the GPU kept busy "
             "(`python -m harness.host_cost`; nograd: the forward under torch.no_grad, fwd_bwd: "
@@ -230,7 +228,7 @@ def host_cost_table(data: dict) -> str:
 def overhead_table(path: Path) -> str:
     """A harness.overhead JSON as a table: host and device microseconds a call per backend."""
     data = json.loads(path.read_text(encoding="utf-8"))
-    body = [[r["backend"], r["mode"], _fmt(r.get("host_us"), ".1f"), _fmt(r.get("device_us"), ".1f"),
+    body = [[r["backend"], r["mode"], fmt(r.get("host_us"), ".1f"), fmt(r.get("device_us"), ".1f"),
              r.get("status", "")] for r in data.get("rows", [])]  # fmt: skip
     shape = "x".join(str(s) for s in data.get("shape", []))
     head = f"Host overhead at {shape} {data.get('dtype', '')} (`python -m harness.overhead`):\n\n"
@@ -340,8 +338,8 @@ def build_pages(index: Path, out: Path, make_plots: bool = True) -> dict[Path, s
         plot = []
         if e["plot_path"] is not None:
             if make_plots and not e["plot_path"].exists():
-                ops = report.ops_in(rows)
-                report.plot(rows, str(e["plot_path"]), title=f"{e['run']}, {path.name}",
+                ops = ops_in(rows)
+                plots.plot(rows, str(e["plot_path"]), title=f"{e['run']}, {path.name}",
                             op=ops[0] if ops else "rmsnorm")  # fmt: skip
             if e["plot_path"].exists():
                 plot = [e["plot_path"]]
@@ -350,17 +348,17 @@ def build_pages(index: Path, out: Path, make_plots: bool = True) -> dict[Path, s
                 "", *(f"![bandwidth, {e['run']}]({rel(p, page_path)})\n" for p in plot)]  # fmt: skip
         body += [f"![{title}, {e['run']}]({rel(p, page_path)})\n"
                  for title, p in _run_plots(path, rows, make_plots)]  # fmt: skip
-        for op in report.ops_in(rows):
+        for op in ops_in(rows):
             for mode in ("fwd", "bwd"):
-                if not any(r["mode"] == mode and report.op_of(r) == op for r in rows):
+                if not any(r["mode"] == mode and op_of(r) == op for r in rows):
                     continue
-                versus = [versus_line(rows, mode, t, op) for t in report.timings_of(rows, mode)]
+                versus = [versus_line(rows, mode, t, op) for t in timings_of(rows, mode)]
                 verdicts = [f"- {op} {v}" if op != "rmsnorm" else f"- {v}" for v in versus if v]
                 lines += verdicts
                 body += [f"## {op} {mode}", "", mode_table(rows, mode, op), "", *verdicts, ""]
             costs = costs_table(rows, op)
             if costs:
-                body += [f"## {op}: costs per backend", "", report.COSTS_NOTE, "", costs, ""]
+                body += [f"## {op}: costs per backend", "", cost_tables.COSTS_NOTE, "", costs, ""]
         lines += [""]
         pages[page_path] = _run_page(e, i, body, page_path, out, command)
     pages[out] = "\n".join(lines).rstrip() + "\n"
@@ -389,17 +387,16 @@ def _run_plots(path: Path, rows: list[dict], make_plots: bool) -> list[tuple[str
     """(title, file) of a run page's own plots, drawn beside the run's file when missing
     (make_plots): bandwidth against N per backend where the cases span VS_N_MIN_WIDTHS widths
     or more, and first-call seconds where the run measured them (--costs first_call)."""
-    from harness import report
 
-    plots = []
+    wanted = []
     if len({r["n"] for r in rows if "n" in r}) >= VS_N_MIN_WIDTHS:
-        plots.append(("bandwidth against N", path.with_name(f"bandwidth-vs-n-{path.stem}.png"),
-                      report.plot_vs_n))  # fmt: skip
+        wanted.append(("bandwidth against N", path.with_name(f"bandwidth-vs-n-{path.stem}.png"),
+                      plots.plot_vs_n))  # fmt: skip
     if any(r.get("first_call_cold_s") is not None for r in rows):
-        plots.append(("first-call seconds", path.with_name(f"first-call-{path.stem}.png"),
-                      report.plot_first_call))  # fmt: skip
+        wanted.append(("first-call seconds", path.with_name(f"first-call-{path.stem}.png"),
+                      plots.plot_first_call))  # fmt: skip
     out = []
-    for title, plot_path, draw in plots:
+    for title, plot_path, draw in wanted:
         if make_plots and not plot_path.exists():
             draw(rows, str(plot_path))
         if plot_path.exists():
@@ -440,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-plots", action="store_true", help="do not draw plots that are missing")
     args = p.parse_args(argv)
     if not args.no_plots:
-        from harness.report import plotting_problem
+        from harness.plots import plotting_problem
 
         problem = plotting_problem()
         if problem:

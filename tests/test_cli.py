@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import compare, interpreter, overhead, results
+from harness import compare, interpreter, overhead, pace, results
 from harness.compare import main as compare_main
 from harness.shapes import PRESETS
 from impls import all_backends
@@ -252,16 +252,14 @@ def test_estimate_counts_steps_and_gives_a_rough_time():
     from impls import all_backends, get_backend
 
     backends = all_backends("rmsnorm")
-    text = compare.estimate([(64, 512), (128, 1000)], 2, backends, ["check"], None)
+    text = pace.estimate([(64, 512), (128, 1000)], 2, backends, ["check"], None)
     assert text.startswith(
         f"{4 * len(backends)} steps ({len(backends)} backends x 2 shapes x 2 dtypes), roughly "
     )
-    small = compare.estimate([(64, 512)], 1, [get_backend("eager")], ["check"], None)
-    large = compare.estimate(
-        [(4096, 8192), (8192, 8192)], 1, [get_backend("eager")], ["check"], None
-    )
+    small = pace.estimate([(64, 512)], 1, [get_backend("eager")], ["check"], None)
+    large = pace.estimate([(4096, 8192), (8192, 8192)], 1, [get_backend("eager")], ["check"], None)
     assert "roughly 1 s here" in small and " min here" in large
-    unknown = compare.estimate([(512, 2048)], 1, backends[:1], ["device"], "A GPU never measured")
+    unknown = pace.estimate([(512, 2048)], 1, backends[:1], ["device"], "A GPU never measured")
     assert "no earlier run on this GPU records its pace" in unknown
 
 
@@ -297,22 +295,22 @@ def test_the_estimate_takes_its_pace_from_the_runs_the_gpu_index_lists(capsys, t
                      f"| decode | runs/{name} | - | a run kept in a subfolder |\n"
                      f"| seed | {committed.name} | - | from before rows had elapsed_s |\n")  # fmt: skip
 
-    assert compare._recorded_pace("NVIDIA H200", root=tmp_path) == (max(elapsed) / 2, name)
+    assert pace.recorded_pace("NVIDIA H200", root=tmp_path) == (max(elapsed) / 2, name)
     index.unlink()  # the folder alone: runs/ is not in it, so the older run is the newest
-    assert compare._recorded_pace("NVIDIA H200", root=tmp_path) == (1.0, older.name)
+    assert pace.recorded_pace("NVIDIA H200", root=tmp_path) == (1.0, older.name)
     older.unlink()  # no complete run with elapsed_s left: the interrupted one, named so
-    assert compare._recorded_pace("NVIDIA H200", root=tmp_path) == (
+    assert pace.recorded_pace("NVIDIA H200", root=tmp_path) == (
         1.0,
         f"{unfinished.name}, an interrupted run",
     )
     unfinished.unlink()  # only the run from before rows had elapsed_s
-    assert compare._recorded_pace("NVIDIA H200", root=tmp_path) is None
-    assert compare._recorded_pace("A GPU never measured", root=tmp_path) is None
+    assert pace.recorded_pace("NVIDIA H200", root=tmp_path) is None
+    assert pace.recorded_pace("A GPU never measured", root=tmp_path) is None
 
     # the committed index parses, and every run it lists is a source
     h200 = H200_LEGACY_RUN.parent
     listed = {row["path"].name for row in page.read_index(h200 / "INDEX.md")}
-    assert {p.name for p in compare._pace_sources(h200)} >= {n for n in listed
+    assert {p.name for p in pace.pace_sources(h200)} >= {n for n in listed
                                                               if n.endswith(".jsonl")}  # fmt: skip
 
 

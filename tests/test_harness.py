@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import report, results, shapes, traffic
+from harness import plots, report, results, shapes, traffic
 from harness.compare import main as compare_main
 
 #: The full seed-sweep run that results/README.md is generated from.
@@ -152,10 +152,10 @@ def test_plots_use_the_hidden_size_when_every_shape_has_one_m_times_n():
     def rows(preset):
         return [{"m": m, "n": n} for m, n in shapes.PRESETS[preset][1]]
 
-    assert report.x_axis(rows("wide")) == ("n", "N (hidden size)")
-    assert report.x_axis(rows("seed")) == ("mn", "M*N elements")
+    assert plots.x_axis(rows("wide")) == ("n", "N (hidden size)")
+    assert plots.x_axis(rows("seed")) == ("mn", "M*N elements")
     # narrow's three shapes share M*N = 2**25: N tells more of the nine shapes apart
-    assert report.x_axis(rows("narrow") + rows("odd") + rows("large"))[0] == "n"
+    assert plots.x_axis(rows("narrow") + rows("odd") + rows("large"))[0] == "n"
 
 
 def test_a_forward_only_run_is_plotted_without_empty_panels(tmp_path, monkeypatch):
@@ -176,7 +176,7 @@ def test_a_forward_only_run_is_plotted_without_empty_panels(tmp_path, monkeypatc
              "timing": "device", "status": "ok", "gbps": g, "oracle_passed": True}
             for b, g in (("triton", 3000.0), ("quack", 2900.0)) for m in (512, 1024)]  # fmt: skip
     path = tmp_path / "plot.png"
-    report.plot(rows, str(path))
+    plots.plot(rows, str(path))
     assert path.stat().st_size > 0
     (axes,) = made
     assert axes.shape == (1, 1) and axes[0][0].get_title().startswith("fwd, device-only")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import costs, ncu_bytes, provenance, report, shapes
+from harness import cost_tables, costs, ncu_bytes, provenance, shapes
 from harness.checks import check_backend
 from harness.inputs import make_inputs
 from harness.layouts import make_case_inputs, private_copy
@@ -375,15 +375,16 @@ def _cost_row(backend, shape, host, inv, diff, det=None, cold=None):
 def test_costs_table():
     rows = [_cost_row("a", "8x64", 5.0, True, 0, True, 2.0), _cost_row("a", "9x64", 7.0, True, 0),
             _cost_row("b", "8x64", 3.0, False, 12, False, 0.5)]  # fmt: skip
-    assert report.has_costs(rows, "rmsnorm", "fwd") and not report.has_costs(rows, "rmsnorm", "bwd")
-    entries = {e["backend"]: e for e in report.cost_entries(rows, "rmsnorm", "fwd")}
+    assert cost_tables.has_costs(rows, "rmsnorm", "fwd")
+    assert not cost_tables.has_costs(rows, "rmsnorm", "bwd")
+    entries = {e["backend"]: e for e in cost_tables.cost_entries(rows, "rmsnorm", "fwd")}
     assert entries["a"]["host_us"] == 6.0 and entries["a"]["batch"] == "yes (2 cases)"
     assert entries["b"]["batch"] == "no (12 elements differ in 1 of 1 cases)"
     assert entries["b"]["deterministic"].startswith("no (5 elements")
     assert entries["a"]["first_cold_s"] == 2.0 and entries["a"]["first_warm_s"] == pytest.approx(
         0.2
     )
-    text = report.costs_table(rows, "rmsnorm", "fwd")
+    text = cost_tables.costs_table(rows, "rmsnorm", "fwd")
     assert "host us/call" in text and text.index("| b ") < text.index("| a ")
 
 
@@ -413,8 +414,9 @@ def test_ncu_records_put_dram_beside_the_model():
     assert recs[0]["read_ratio"] == pytest.approx(33_619_968 / (4096 * 4096 * 2))
     assert (recs[1]["model_read_bytes"], recs[1]["model_write_bytes"]) == (
         2 * 4096 * 4096 * 2, 4096 * 4096 * 2)  # fmt: skip
-    assert report.ncu_rows(recs)[0][5:11] == ["33.62", "33.55", "1.00", "33.55", "33.55", "1.00"]
-    assert "read / model" in report.ncu_table(recs)
+    reads_and_writes = ["33.62", "33.55", "1.00", "33.55", "33.55", "1.00"]
+    assert cost_tables.ncu_rows(recs)[0][5:11] == reads_and_writes
+    assert "read / model" in cost_tables.ncu_table(recs)
     cmd = ncu_bytes.ncu_command("ncu", ["python3", "-m", "x"])
     assert "dram__bytes_read.sum,dram__bytes_write.sum" in cmd and "--profile-from-start" in cmd
 
