@@ -254,9 +254,24 @@ def _provenance_line(provenance: dict, ceiling: dict, previous_software: str | N
     return line
 
 
-def run_page_path(index: Path, run: str) -> Path:
-    """Where a run's full tables go: runs/<run>.md beside the index."""
-    return index.parent / "runs" / f"{run}.md"
+def runs_folder(index: Path, out: Path) -> Path:
+    """Where the run pages of the results page out go: runs/ beside the index where the index
+    lies in out's folder or below it (results/README.md and results/nvidia-h200/INDEX.md:
+    results/nvidia-h200/runs/); for a results page written elsewhere (a preview, --out
+    /tmp/page.md), <out's folder>/<the index's folder name>/runs/, so that a preview never
+    rewrites the committed pages."""
+    index_folder, out_folder = (
+        Path(os.path.abspath(index.parent)),
+        Path(os.path.abspath(out.parent)),
+    )
+    if index_folder == out_folder or out_folder in index_folder.parents:
+        return index.parent / "runs"
+    return out.parent / index_folder.name / "runs"
+
+
+def run_page_path(runs: Path, run: str) -> Path:
+    """Where a run's full tables go: <run>.md in the runs folder (runs_folder)."""
+    return runs / f"{run}.md"
 
 
 def build_pages(index: Path, out: Path, make_plots: bool = True) -> dict[Path, str]:
@@ -286,8 +301,9 @@ def build_pages(index: Path, out: Path, make_plots: bool = True) -> dict[Path, s
         ])  # fmt: skip
 
     listed = [(i, e) for i, e in numbered if not has_section[e["run"]]]
-    listed_page = index.parent / "runs" / LISTED_PAGE
-    if any(run_page_path(index, e["run"]) == listed_page for e in entries):
+    runs = runs_folder(index, out)
+    listed_page = runs / LISTED_PAGE
+    if any(run_page_path(runs, e["run"]) == listed_page for e in entries):
         raise ValueError(f"index {index}: a run may not be named {listed_page.stem!r}")
     command = f"python -m harness.page {index} --out {out}"
     tie = f"{report.TIE:.0%}"
@@ -321,7 +337,7 @@ def build_pages(index: Path, out: Path, make_plots: bool = True) -> dict[Path, s
         path = e["path"]
         if path.suffix not in (".jsonl", ".json"):
             continue
-        page_path = run_page_path(index, e["run"])
+        page_path = run_page_path(runs, e["run"])
         link = f"[all tables]({rel(page_path)})"
         head = [f'<a id="run-{i}"></a>', "", f"## Run {i}: {e['run']}", ""]
         if path.suffix == ".json":
@@ -433,7 +449,10 @@ def build_page(index: Path, out: Path, make_plots: bool = True) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness.page", description=__doc__.splitlines()[0])
     p.add_argument("index", type=Path, help="the GPU's index of current runs (INDEX.md)")
-    p.add_argument("--out", type=Path, default=Path("results/README.md"), help="the page to write")
+    p.add_argument("--out", type=Path, default=Path("results/README.md"),
+                   help="the page to write; the run pages go to runs/ beside the index where the "
+                   "index lies under --out's folder, else to <--out's folder>/<index folder>/runs/ "
+                   "(a preview elsewhere leaves the committed pages alone)")  # fmt: skip
     p.add_argument("--no-plots", action="store_true", help="do not draw plots that are missing")
     args = p.parse_args(argv)
     if not args.no_plots:
@@ -446,12 +465,12 @@ def main(argv: list[str] | None = None) -> int:
     for path, text in pages.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-    stale = sorted(set(run_page_path(args.index, "x").parent.glob("*.md")) - set(pages))
+    stale = sorted(set(runs_folder(args.index, args.out).glob("*.md")) - set(pages))
     for path in stale:  # a run that left the index takes its page with it
         path.unlink()
     text = pages[args.out]
     print(f"results page written to {args.out} ({len(text.encode())} bytes) and "
-          f"{len(pages) - 1} run pages")  # fmt: skip
+          f"{len(pages) - 1} run pages to {runs_folder(args.index, args.out)}")  # fmt: skip
     return 0
 
 

@@ -159,3 +159,22 @@ def test_run_pages_plot_bandwidth_against_n_where_the_widths_vary(tmp_path):
     assert plot.stat().st_size > 0
     assert page._run_plots(tmp_path / "two.jsonl", rows[:2], make_plots=True) == []
     assert page._run_plots(tmp_path / "new.jsonl", rows, make_plots=False) == []  # not drawn
+
+
+def test_a_preview_elsewhere_leaves_the_index_pages_alone(tmp_path):
+    """--out outside the index's tree: the run pages go under the preview's folder (named for
+    the index's folder), never to runs/ beside the index, and none there is deleted."""
+    data = tmp_path / "results" / "gpu"
+    data.mkdir(parents=True)
+    (data / "a.log").write_text("log\n")
+    index = data / "INDEX.md"
+    index.write_text("| run | file | plot | what |\n|---|---|---|---|\n| tests | a.log | - | t |\n")
+    committed = data / "runs" / "old-run.md"
+    committed.parent.mkdir()
+    committed.write_text("a committed page\n")
+    preview = tmp_path / "preview" / "page.md"
+    assert page.main([str(index), "--out", str(preview), "--no-plots"]) == 0
+    assert (tmp_path / "preview" / "gpu" / "runs" / page.LISTED_PAGE).is_file()
+    assert sorted(p.name for p in (data / "runs").iterdir()) == ["old-run.md"]
+    assert page.runs_folder(index, tmp_path / "results" / "README.md") == data / "runs"
+    assert page.runs_folder(index, data / "README.md") == data / "runs"
