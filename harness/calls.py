@@ -10,6 +10,7 @@ import torch
 
 from harness.inputs import Inputs
 from harness.layouts import private_copy
+from harness.rows import first_line
 from impls import Backend
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
@@ -17,8 +18,11 @@ DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 
 def error_text(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
+    """The exception's type and what its message says first (rows.first_line: a message that
+    opens with a blank line or a bare heading, as some compilers' do, still says what went
+    wrong), at most 300 characters."""
+    said = first_line(str(exc), limit=300)
+    return f"{type(exc).__name__}: {said}"[:300] if said else type(exc).__name__
 
 
 def _leaf(t: torch.Tensor, grad: bool = True, copy: bool = False) -> torch.Tensor:

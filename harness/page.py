@@ -114,8 +114,11 @@ def mode_table(rows: list[dict], mode: str, op: str) -> str:
         body.append(line)
     notes = sorted({f"{e['backend']}: {_short(n)}" for t in timings
                     for e in rankings[t].values() for n in e["not_run"]})  # fmt: skip
+    failed = list(dict.fromkeys(f"{e['backend']}: {n}" for t in timings
+                                for e in rankings[t].values() for n in report.shown_failures(e)))  # fmt: skip
     text = _table(headers, body)
-    return text + ("\n\nNot measured: " + "; ".join(notes) if notes else "")
+    text += "\n\nNot measured: " + "; ".join(notes) if notes else ""
+    return text + ("\n\nWhy FAIL: " + "; ".join(failed) if failed else "")
 
 
 def costs_table(rows: list[dict], op: str) -> str:

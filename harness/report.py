@@ -15,7 +15,7 @@ from collections import defaultdict
 from tabulate import tabulate
 
 from harness.cost_tables import COSTS_NOTE, costs_table, has_costs
-from harness.rows import fmt, geomean, median, op_of, ops_in, select, timings_of
+from harness.rows import first_line, fmt, geomean, median, op_of, ops_in, select, timings_of
 
 
 def baseline(op: str) -> str:
@@ -41,6 +41,8 @@ def ranking(rows: list[dict], mode: str, timing: str, op: str = "rmsnorm") -> li
     for name, brows in by_backend.items():
         ok = [r for r in brows if r["status"] == "ok"]
         others = sorted({f"{r['status']}: {r['reason']}" for r in brows if r["status"] != "ok"})
+        failures = [f"oracle FAIL at {r['shape']} {r['dtype']}: {first_line(r.get('oracle_detail')) or '(no detail recorded)'}"
+                    for r in brows if r.get("oracle_passed") is False]  # fmt: skip
         speedups = [eager_ms[(r["shape"], r["dtype"])] / r["ms"] for r in ok
                     if (r["shape"], r["dtype"]) in eager_ms]  # fmt: skip
         checked = [r for r in brows if r.get("oracle_passed") is not None]
@@ -62,6 +64,7 @@ def ranking(rows: list[dict], mode: str, timing: str, op: str = "rmsnorm") -> li
             "oracle": ("pass" if passed else ("FAIL" if checked else "-")),
             "suspect": suspect,
             "not_run": others,
+            "failures": failures,
         })  # fmt: skip
     ranked = [
         e for e in entries if e["oracle"] == "pass" and not e["suspect"] and e["geomean_gbps"]
@@ -97,8 +100,21 @@ def ranking_table(rows: list[dict], mode: str, timing: str, op: str = "rmsnorm")
                "geomean GB/s, own cases", "% ceiling", "x eager", "worst ulps", "err/bound",
                "oracle"]  # fmt: skip
     notes = [f"  {e['backend']}: {n}" for e in entries for n in e["not_run"]]
+    failed = [f"  {e['backend']}: {n}" for e in entries for n in shown_failures(e)]
     text = tabulate(table, headers=headers, tablefmt="github")
-    return text + ("\nnot measured:\n" + "\n".join(notes) if notes else "")
+    text += "\nnot measured:\n" + "\n".join(notes) if notes else ""
+    return text + ("\nwhy FAIL:\n" + "\n".join(failed) if failed else "")
+
+
+#: Failing cases named per backend under a ranked table (the rest counted).
+SHOWN_FAILURES = 3
+
+
+def shown_failures(entry: dict) -> list[str]:
+    """A ranking entry's first SHOWN_FAILURES oracle failures, and how many more there were."""
+    failures = entry["failures"]
+    more = len(failures) - SHOWN_FAILURES
+    return failures[:SHOWN_FAILURES] + ([f"and {more} more failing cases"] if more > 0 else [])
 
 
 def per_shape_table(rows: list[dict], mode: str, timing: str, op: str = "rmsnorm") -> str:

@@ -4,6 +4,7 @@ timing a row is, and the statistics and cell format every view of them uses."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 
 from impls import OPS
@@ -45,3 +46,16 @@ def median(values: list[float]) -> float | None:
 def fmt(value, spec: str) -> str:
     """A table cell: '-' for a value not measured."""
     return "-" if value is None else format(value, spec)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def first_line(text: str | None, limit: int = 200) -> str:
+    """What an error or oracle detail says, on one line: its first non-empty line, without
+    terminal colour codes; one that only names the error ("CUDADialectError:") is joined with
+    the line after it. "" for no text."""
+    lines = [line.strip() for line in _ANSI.sub("", text or "").splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):
+        lines[0] = f"{lines[0]} {lines[1]}"
+    return lines[0][:limit] if lines else ""

@@ -74,6 +74,19 @@ def test_ranking_puts_failing_and_suspect_backends_below_passing_ones():
     assert "FAIL" in table and "SUSPECT" in table
 
 
+def test_a_failing_backend_says_why_under_the_table():
+    """The oracle's detail of each failing case is named under the ranked table (its first line
+    that says something, without colour codes), a few cases a backend and a count of the rest."""
+    detail = "CUDADialectError: \n\x1b[91merror[X]:\x1b[0m launch failed (1)\n\nmore text\n"
+    rows = [_row("eager", 1.0), {**_row("wrong", 9.0, passed=False), "oracle_detail": detail}]
+    rows += [{**_row("wrong", 9.0, passed=False, shape=f"{m}x8"), "m": m} for m in (16, 32, 64)]
+    text = report.ranking_table(rows, "fwd", "device")
+    assert "why FAIL:\n  wrong: oracle FAIL at 8x8 bf16: CUDADialectError: error[X]: launch " \
+           "failed (1)" in text  # fmt: skip
+    assert "wrong: oracle FAIL at 16x8 bf16: (no detail recorded)" in text
+    assert "wrong: and 1 more failing cases" in text and "64x8" not in text
+
+
 def test_unsupported_cases_show_with_their_reason():
     rows = [_row("a", 2.0), {**_row("b", 1.0, status="unsupported"), "reason": "N too wide"}]
     rows[1].pop("gbps")
