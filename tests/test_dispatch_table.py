@@ -854,3 +854,36 @@ def test_a_tuning_session_measures_every_kernel_anew():
     kernel_launch._TUNED[("a kernel", "an earlier tuning")] = {"num_warps": 4}
     with dispatch.tuning(None):
         assert not kernel_launch._TUNED
+
+
+def test_every_committed_entry_launches_its_own_configuration():
+    """A configuration outside its kernel's space is not launched (the heuristic runs instead):
+    no committed table may hold one, or its entry would be measured and never run."""
+    from impls.triton_rmsnorm import configs
+
+    for path in dispatch_table.TABLES_DIR.glob("*.json"):
+        for entry in Table.load(path).entries():
+            for kernel, config in entry.configs.items():
+                assert configs.in_config_space(kernel, config), (path.name, entry, kernel)
+
+
+def test_a_table_configuration_outside_the_space_is_said_not_hidden(monkeypatch):
+    """A hand-edited entry whose configuration no kernel takes: a RuntimeWarning naming the
+    kernel and the configuration, once an entry, and the heuristic runs; explain marks it."""
+    from impls.triton_rmsnorm import configs, explain
+
+    typo = {"BLOCK_M": 3, "num_warps": 4}  # 3 rows a tile: no such tile
+    assert not configs.in_config_space("rmsnorm_fwd_kernel", typo)
+    some = dict(sorted(configs._config_space("rmsnorm_fwd_kernel"))[0])
+    assert configs.in_config_space("rmsnorm_fwd_kernel", some)
+    monkeypatch.setattr(dispatch._ACTIVE, "configs", {"rmsnorm_fwd_kernel": typo}, raising=False)
+    said = r"rmsnorm_fwd_kernel \{'BLOCK_M': 3, 'num_warps': 4\} is not in the kernel's"
+    with pytest.warns(RuntimeWarning, match=said):
+        assert configs._table_config("rmsnorm_fwd_kernel") is None
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert configs._table_config("rmsnorm_fwd_kernel") is None  # said once
+    assert explain._config_text("rmsnorm_fwd_kernel", typo).endswith("the heuristic runs instead)")
+    assert "heuristic" not in explain._config_text("rmsnorm_fwd_kernel", some)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 
 import torch
 import triton
@@ -304,11 +305,22 @@ def _table_config(kernel_name: str) -> dict | None:
         return None
     known = _IN_SPACE.get(id(config))
     if known is None or known[0] is not config:  # (the config is kept: its id stays its own)
-        known = _IN_SPACE[id(config)] = (
-            config,
-            tuple(sorted(config.items())) in _config_space(kernel_name),
-        )
+        known = _IN_SPACE[id(config)] = (config, in_config_space(kernel_name, config))
+        if not known[1]:  # said once a table entry: a hand edit that does not run is no secret
+            warnings.warn(
+                f"the dispatch table's configuration for {kernel_name} {dict(sorted(config.items()))} "
+                "is not in the kernel's configuration space (configs.py): the heuristic "
+                "configuration runs instead",
+                RuntimeWarning,
+                stacklevel=2,
+            )
     return config if known[1] else None
+
+
+def in_config_space(kernel_name: str, config: dict) -> bool:
+    """Whether a configuration (launch keywords, as a table entry holds them) is one the tuner
+    may pick for the kernel; one that is not is not launched (_table_config)."""
+    return tuple(sorted(config.items())) in _config_space(kernel_name)
 
 
 #: id(table configuration) -> (the configuration, whether it is in its kernel's space).

@@ -30,14 +30,24 @@ def _lines(direction: str, dtypes: tuple, residual: bool, n: int, m: int, paths:
     offered = ", ".join(dispatch.path_name(p) for p in paths)
     config_text = "heuristic"
     if choice.configs is not None:
-        config_text = ", ".join(f"{kernel} {dict(sorted(c.items()))}"
-                            for kernel, c in sorted(choice.configs.items()))  # fmt: skip
+        config_text = ", ".join(
+            _config_text(kernel, c) for kernel, c in sorted(choice.configs.items())
+        )
     left_out = [f"    {o.name}: {o.reason}" for o in families if o.reason is not None]
     return [f"{direction}: {dispatch.path_name(choice.path)}  ({choice.describe()})",
             f"  offered: {offered}", f"  configs: {config_text}",
             *_one_row_tiles_line(choice, m, n, element_size, device),
             *_pdl_line(choice, pdl_kernel, device),
             *(["  not offered:", *left_out] if left_out else [])]  # fmt: skip
+
+
+def _config_text(kernel: str, config: dict) -> str:
+    """A kernel's configuration as the table gives it, marked where the kernel does not take it
+    (a hand-edited entry outside its configuration space: the heuristic runs instead)."""
+    text = f"{kernel} {dict(sorted(config.items()))}"
+    if not configs.in_config_space(kernel, config):
+        text += " (not in the kernel's configuration space: the heuristic runs instead)"
+    return text
 
 
 def _pdl_line(choice, kernel: str | None, device: torch.device) -> list[str]:
