@@ -23,20 +23,17 @@ import torch
 
 from impls import Backend, RMSNormFn
 
-_CARRY = "cannot be carried to the H200 (no registry there; 64 MiB of wheels a call)"
+#: Why the committed H200 runs lack it (the module docstring has the sizes).
+_H200 = "the committed H200 runs lack it: the machine they ran on installs only small wheels"
 
 _WHY = {
     "transformer_engine": (
-        "TransformerEngine is not installed: its wheel is 729 MB and its torch extension is built "
-        f"from source against the local torch; {_CARRY}"
+        "TransformerEngine is not installed (pip install transformer-engine[pytorch] to rank "
+        f"it); {_H200}"
     ),
-    "vllm": (
-        "vLLM is not installed: its wheel (~336-536 MB) is built against one torch release, not "
-        f"this machine's; {_CARRY}"
-    ),
+    "vllm": f"vLLM is not installed (pip install vllm, built for your torch, to rank it); {_H200}",
     "sgl_kernel": (
-        "SGLang's sgl-kernel is not installed: its wheel (~336-536 MB) is built against one torch "
-        f"release, not this machine's; {_CARRY}"
+        f"SGLang's sgl-kernel is not installed (pip install sgl-kernel to rank it); {_H200}"
     ),
 }
 

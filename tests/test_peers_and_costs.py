@@ -73,10 +73,11 @@ def test_new_backend_names_its_missing_package(name, monkeypatch):
     assert hint[package] in reason
 
 
-def test_not_runnable_backends_say_why_they_are_not_carried():
+def test_not_runnable_backends_say_how_to_rank_them_and_why_the_h200_runs_lack_them():
     for name in ("transformer-engine", "vllm", "sglang"):
         reason = get_backend(name).unavailable()
-        assert reason is not None and "cannot be carried to the H200" in reason
+        assert reason is not None and "pip install" in reason and "to rank it" in reason
+        assert "the committed H200 runs lack it" in reason
 
 
 def test_cpu_reasons_of_new_backends():
