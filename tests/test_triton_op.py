@@ -35,7 +35,7 @@ def test_module_matches_torch_rmsnorm_semantics():
     assert ours.weight.grad is not None and ours.weight.grad.shape == (n,)
 
 
-def test_module_without_affine():
+def test_module_without_affine(monkeypatch):
     norm = RMSNorm((512,), eps=1e-5, elementwise_affine=False)
     assert norm.weight is None and list(norm.parameters()) == []
     x = make_inputs((8, 512), torch.float32, DEVICE).x
@@ -43,6 +43,15 @@ def test_module_without_affine():
     ref = reference(x, ones, 1e-5)
     report = compare("y", norm(x), ref.y, torch.float32, OURS["y"], 512)
     assert report.passed, report.summary()
+    assert norm.state_dict() == {}  # as torch.nn.RMSNorm(elementwise_affine=False)
+    norm.to(DEVICE)
+    made = []
+    real_ones = torch.ones
+    monkeypatch.setattr(torch, "ones", lambda *a, **k: made.append(a) or real_ones(*a, **k))
+    norm(x)
+    assert made == []  # the unit weight is made once, not at every call
+    y16 = norm(x.to(torch.bfloat16))  # another dtype: a weight of x's dtype, y in x's dtype
+    assert y16.dtype == torch.bfloat16 and len(made) == 1
 
 
 def test_module_rejects_multi_dim_normalized_shape():

@@ -41,12 +41,20 @@ class RMSNorm(nn.Module):
             self.weight = nn.Parameter(torch.ones(normalized_shape, device=device, dtype=dtype))
         else:
             self.register_parameter("weight", None)
+            # the unit weight a call without one reads: made once (it moves with .to()), not
+            # allocated and filled at every call; no state_dict entry, as torch.nn.RMSNorm has none
+            self.register_buffer(
+                "unit_weight", torch.ones(normalized_shape, device=device, dtype=dtype),
+                persistent=False,
+            )  # fmt: skip
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         eps = torch.finfo(x.dtype).eps if self.eps is None else self.eps
         weight = self.weight
         if weight is None:
-            weight = torch.ones(self.normalized_shape, device=x.device, dtype=x.dtype)
+            weight = self.unit_weight
+            if weight.dtype != x.dtype or weight.device != x.device:  # y keeps x's dtype
+                weight = torch.ones(self.normalized_shape, device=x.device, dtype=x.dtype)
         return rmsnorm(x, weight, eps)
 
     def extra_repr(self) -> str:
