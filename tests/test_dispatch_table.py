@@ -203,7 +203,7 @@ def test_a_kernel_tests_override_serves_a_path_not_offered_with_replays_of_its_o
     x = torch.randn(6, 100, device=DEVICE, requires_grad=True)
     w = torch.randn(100, device=DEVICE, requires_grad=True)
     dy = torch.randn(6, 100, device=DEVICE)
-    assert [dispatch.path_name(p) for p in launch._backward_paths(x, x, w, None)] == ["single_tile"]
+    assert [dispatch.path_name(p) for p in launch.backward_paths(x, x, w, None)] == ["single_tile"]
     launch.take_launch_configs()
     with dispatch.override(backward="two_role", offered_only=False):
         before = direct.replayed_launches
@@ -736,7 +736,7 @@ def test_offers_give_the_launchers_paths_with_a_reason_for_each_left_out(
             dy = torch.empty((m, n), dtype=dtype)
             dh = dy if residual else None
             bwd = offers.backward_offers(x, dy, w, dh)
-            assert offers.offered_paths(bwd) == launch._backward_paths(x, dy, w, dh), (m, n)
+            assert offers.offered_paths(bwd) == launch.backward_paths(x, dy, w, dh), (m, n)
             for offer in fwd + bwd:
                 assert (offer.reason is None) == bool(offer.paths), offer
                 assert offer.reason is None or offer.reason.strip(), offer

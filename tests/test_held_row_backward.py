@@ -93,16 +93,16 @@ def test_backward_offers_it_beside_the_wide_path(monkeypatch):
     and the wide path (the default, first); where not, the wide path is the only one."""
     x = torch.zeros(4, WIDEST, dtype=torch.bfloat16)
     monkeypatch.setattr(launch, "backward_holds_row_on_chip", lambda *a: True)
-    assert launch._backward_paths(x, x, x[0], None) == [
+    assert launch.backward_paths(x, x, x[0], None) == [
         launch._backward_wide,
         *launch._HELD_ROW_BACKWARDS,
     ]
     assert [p.settings["warps"] for p in launch._HELD_ROW_BACKWARDS] == [16, 32]
-    assert launch._backward_paths(x[:, :1024], x[:, :1024], x[0, :1024], None) == [
+    assert launch.backward_paths(x[:, :1024], x[:, :1024], x[0, :1024], None) == [
         launch._backward_single_tile
     ]
     monkeypatch.setattr(launch, "backward_holds_row_on_chip", lambda *a: False)
-    assert launch._backward_paths(x, x, x[0], None) == [launch._backward_wide]
+    assert launch.backward_paths(x, x, x[0], None) == [launch._backward_wide]
 
 
 def test_backward_measures_the_group_where_the_row_fills_its_slices(pretend_device, monkeypatch):
@@ -117,7 +117,7 @@ def test_backward_measures_the_group_where_the_row_fills_its_slices(pretend_devi
 
     def offered(n):
         x = torch.zeros(2, n, dtype=bf16)
-        return launch._backward_paths(x, x, x[0], None)
+        return launch.backward_paths(x, x, x[0], None)
 
     narrow, wide = (launch._held_group_backward_path(c) for c in launch.HELD_GROUP_BACKWARDS)
     assert [c.slice_n for c in launch.HELD_GROUP_BACKWARDS] == [WIDEST // 4, WIDEST // 2]
@@ -262,7 +262,7 @@ def test_launch_offers_the_group_past_the_held_row(pretend_device, monkeypatch):
     assert not offered(GROUPED, torch.float32)
     assert not offered(GROUPED - 8)
     x = torch.zeros(2, GROUPED, dtype=bf16)
-    assert launch._backward_paths(x, x, x[0], None) == [
+    assert launch.backward_paths(x, x, x[0], None) == [
         launch._backward_wide,
         *(launch._held_group_backward_path(c) for c in launch.HELD_GROUP_BACKWARDS),
     ]

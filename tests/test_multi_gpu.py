@@ -143,7 +143,7 @@ def _offered_or_skip(case: PathCase, x, w, dy) -> None:
     if FORWARDS[case.forward]() not in forwards:
         pytest.skip(f"the launch does not offer the {case.forward} forward for {case.shape} "
                     f"{DTYPE_NAMES[case.dtype]} on {torch.cuda.get_device_name(x.device)}")  # fmt: skip
-    if BACKWARDS[case.backward]() not in launch._backward_paths(x, dy, w, None):
+    if BACKWARDS[case.backward]() not in launch.backward_paths(x, dy, w, None):
         pytest.skip(f"the launch does not offer the {case.backward} backward for {case.shape} "
                     f"{DTYPE_NAMES[case.dtype]} on {torch.cuda.get_device_name(x.device)}")  # fmt: skip
 

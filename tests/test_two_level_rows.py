@@ -170,9 +170,9 @@ def test_only_the_single_tile_serves_two_level_rows(pretend_device):
     x, w = inputs.x, inputs.weight
     dy, y = inputs.dy.reshape(4, 2048), torch.empty(4, 2048, device=DEVICE, dtype=x.dtype)
     copy = x.reshape(4, 2048)
-    names = [dispatch.path_name(p) for p in launch._backward_paths(copy, dy, w, None)]
+    names = [dispatch.path_name(p) for p in launch.backward_paths(copy, dy, w, None)]
     assert names == ["single_tile", "two_role"]
-    assert launch._backward_paths(x, dy, w, None) == [launch._backward_single_tile]
+    assert launch.backward_paths(x, dy, w, None) == [launch._backward_single_tile]
     assert launch.forward_paths(x, y, w, False) == [launch._forward_single_tile]
     with (
         dispatch.override(backward="two_role"),

@@ -70,12 +70,12 @@ def test_backward_offers_it_beside_the_single_tile(monkeypatch):
     second: the dispatch table (or a tuning's measurement) chooses between them."""
     x = torch.zeros(4, 2048, dtype=torch.bfloat16)
     monkeypatch.setattr(launch, "backward_takes_two_roles", lambda *a: True)
-    assert launch._backward_paths(x, x, x[0], None) == [
+    assert launch.backward_paths(x, x, x[0], None) == [
         launch._backward_single_tile,
         launch._backward_two_role,
     ]
     monkeypatch.setattr(launch, "backward_takes_two_roles", lambda *a: False)
-    assert launch._backward_paths(x, x, x[0], None) == [launch._backward_single_tile]
+    assert launch.backward_paths(x, x, x[0], None) == [launch._backward_single_tile]
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ Environment (read at import):
   stream of its own (never one of PyTorch's pooled streams), one tuning at a time in the
   process (a lock), never inside a CUDA-graph capture (there the table or the heuristic serves
   the call, and nothing is remembered), and raises RuntimeError when
-  torch.cuda.get_sync_debug_mode() is nonzero. The grouped (cooperative) paths are not
+  torch.cuda.get_sync_debug_mode() is nonzero. The grouped (held_group) paths are not
   measured unless RMSNORM_TRITON_TUNE_GROUP=1.
 - RMSNORM_TRITON_TUNE_CACHE=<path>: the cache file (default above).
 

@@ -112,7 +112,7 @@ def explain(
                         x.device, families, min(sizes), kernel)  # fmt: skip
         grad = torch.empty((m, n), dtype=y.dtype, device=x.device) if dy is None else _rows(dy)
         dh = grad if has_residual else None
-        paths = launch._backward_paths(x2d, grad, weight, dh)
+        paths = launch.backward_paths(x2d, grad, weight, dh)
         dtypes = (x.dtype, weight.dtype, grad.dtype, grad.dtype)
         families = offers.backward_offers(x2d, grad, weight, dh)
         lines += _lines("bwd", dtypes, has_residual, n, m, paths, x.device, families)

@@ -1,26 +1,22 @@
-"""Launchers: grids, launch configurations and allocation for the kernels in kernels.py.
+"""The launcher: which paths can serve a call (forward_paths, backward_paths, the default
+first), the dispatch between them (_dispatch: the table's entry, an override or the default), and
+the launch of each. The kernels are in kernels.py (single tile, looped, split), shifted_kernels.py
+(rows that do not start on 16 bytes), wide_kernels.py, fp8_kernels.py and the Gluon modules
+(gluon_*.py: rows held on chip); the paths as objects (paths.Path) in forward_launch.py,
+backward_launch.py, held_launch.py; their launch configurations in configs.py.
 
-Paths, chosen by the hidden size N (and for wide rows by M), separately for each direction:
-- single tile (forward N <= SINGLE_TILE_MAX_N, backward N <= BACKWARD_SINGLE_TILE_MAX_N): whole
-  rows in one [BLOCK_M, BLOCK_N] tile (BLOCK_N = next_power_of_2(N)), x read once; the backward
-  walks rows with a private dw accumulator per program, and takes rows that do not start on 16
-  bytes (N odd, say) in a kernel of its own that reads and writes them in aligned vectors
-  (backward_row_period).
-- looped, for wider rows: each row walked in WIDE_BLOCK_N chunks (the forward, persistent, reads
-  x twice, the second time mostly from L2), the backward in two steps (per-row dot product, then
-  column blocks x row groups). No hidden-size cap below 2**31.
-- split, for wide rows fewer than SMs: each row cut into SPLIT_BLOCK_N chunks, one program per
-  (row, chunk), in two launches.
-- held row (forward, 16-bit rows of SINGLE_TILE_MAX_N < N <= HELD_ROW_MAX_N, NVIDIA GPUs with
-  Gluon): each row held on one SM in registers and shared memory (gluon_kernels.py), x read
-  once; offered beside the looped or split path. The backward's held row
-  (16-bit rows of BACKWARD_SINGLE_TILE_MAX_N < N <= HELD_BACKWARD_MAX_N) stages each row's x and
-  dy in shared memory and reads them once; offered beside the wide path.
-- held group (16-bit rows, forward past SINGLE_TILE_MAX_N, backward past HELD_BACKWARD_MAX_N,
-  and at the held row's widths where the row fills whole slices): each row held by a group of
-  programs, each staging a slice of it, the slices' sums exchanged through global memory (an
-  ordinary launch: programs join groups in start order and claim rows); offered beside the paths
-  above (the forward in each configuration of HELD_GROUP_FORWARDS).
+The paths, by the names the dispatch table, dispatch.override and explain use (which rows each
+serves, its thresholds and the measurements behind them: docs/design.md, "Forward" and
+"Backward: which path serves which rows"):
+- forward: single_tile (whole rows in one [BLOCK_M, BLOCK_N] tile, x read once), looped (rows
+  walked in chunks of LOOPED_FORWARD_CHUNKS, x read twice, the second time mostly from L2),
+  split (wide rows fewer than SMs: one program a (row, chunk), two launches), held_row and
+  held_group (16-bit rows held on chip by one SM or by a group of programs that exchange their
+  slices' sums through global memory; an ordinary launch: programs join groups in start order);
+- backward: single_tile (a private dw accumulator a program, its partial rows summed by a
+  second kernel), two_role (2048-16384 columns: row programs and column programs in one
+  launch), wide (two steps: a per-row dot product, then column blocks x row groups; the split
+  dot when M < SMs), held_row and held_group as above.
 Where several paths can serve a call ("offered beside" above: forward rows of FORWARD_LOOPED_FROM_N
 < N <= SINGLE_TILE_MAX_N take the single tile or the looped path, say), the dispatch table picks
 one, with each tuned kernel's configuration (dispatch.py, _dispatch below); with no entry the
@@ -409,12 +405,12 @@ def _backward_launches(dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out: bool
     several paths can serve x (wide rows that fit the held row), the dispatch picks one."""
     args = (dy, x, weight, rstd, offset, dx, dh_arg, has_dh_out, dw)
     m, n = dx.shape
-    paths = _backward_paths(x, dy, weight, dh_arg if has_dh_out else None)
+    paths = backward_paths(x, dy, weight, dh_arg if has_dh_out else None)
     dtypes = (x.dtype, weight.dtype, dy.dtype, dh_arg.dtype)
     _dispatch("bwd", dtypes, has_dh_out, n, m, paths, x.device, args)
 
 
-def _backward_paths(x, dy, weight, dh_out) -> list:
+def backward_paths(x, dy, weight, dh_out) -> list:
     """The backward paths that can serve x, the default first; for rows in two levels (x
     [outer, heads, N]) the plain single tile only (kernels.py's HEADS)."""
     if x.dim() == 3:

@@ -1,5 +1,5 @@
 """Why each path is or is not offered for a call, in words: the launcher's path lists
-(launch.forward_paths, launch._backward_paths) with a reason for every family left out. The
+(launch.forward_paths, launch.backward_paths) with a reason for every family left out. The
 launcher builds its lists with fast predicates and no text (every call that is not replayed
 asks); this module asks the same predicates in order and names the first that fails, for
 explain.py. tests/test_dispatch_table.py checks that both give the same paths over a grid of

@@ -44,7 +44,7 @@ def override(
 
     offered_only=False (kernel tests): the named paths serve every call of the block whether or
     not the launcher offers them for it, as its only path (launch.forward_paths and
-    _backward_paths); a path that cannot run the tensors fails in its kernel. Rows in two levels
+    backward_paths); a path that cannot run the tensors fails in its kernel. Rows in two levels
     (x [outer, heads, N]) still take the single tile only."""
     for name, value in (("forward", forward), ("backward", backward)):
         if value is not None and not isinstance(value, str):

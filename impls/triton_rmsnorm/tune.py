@@ -8,7 +8,7 @@ The grid: N = every power of two from 64 to 262144 and real-model hidden sizes, 
 1, 8, 64, 512, 4096, 16384 (M x N at most --max-elements), plus the harness presets' shapes;
 bf16 and fp16 by default. --budget-s stops between points and writes what it has; --merge adds
 to an existing table and skips the points it holds, so a sweep can run over several calls. The
-grouped (cooperative) paths are left out unless --allow-group. --merge --retune measures points
+grouped (held_group) paths are left out unless --allow-group. --merge --retune measures points
 the table holds again (a path newly offered there). --repick and --repick-jointly
 re-pick the forward entries of an existing table instead of sweeping (batch_invariance.py). Progress goes to stdout, one
 line a point; the table is saved after every point (atomically).
@@ -108,7 +108,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--no-presets", action="store_true",
                         help="leave out the harness presets' shapes")  # fmt: skip
     parser.add_argument("--allow-group", action="store_true",
-                        help="measure the grouped (cooperative-launch) paths too")  # fmt: skip
+                        help="measure the grouped (held_group) paths too")  # fmt: skip
     parser.add_argument("--no-batch-invariance", action="store_true",
                         help="skip the check that y's rows keep their bits across the M "
                         "classes of each forward width (batch_invariance)")  # fmt: skip
