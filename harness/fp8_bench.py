@@ -168,7 +168,9 @@ def _plain_rows(shape, dtype, sets, eps):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m harness.fp8_bench", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--preset", nargs="*", default=["seed", "models", "decode"])
     p.add_argument("--shape", nargs="+", default=[])
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])

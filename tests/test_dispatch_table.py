@@ -707,6 +707,13 @@ def test_explain_names_each_directions_path_source_and_configs(capsys):
     assert "M=8, N=64, x torch.float16" in printed and ", residual" in printed
     with pytest.raises(SystemExit):
         explain.main(["8by64"])
+    if not torch.cuda.is_available():  # a usage error, not an AssertionError's traceback
+        with pytest.raises(SystemExit):
+            explain.main(["8x64", "--device", "cuda"])
+        assert (
+            "argument --device: cuda, but this machine has no CUDA device"
+            in capsys.readouterr().err
+        )
 
 
 @pytest.mark.parametrize("gpu", [False, True], ids=["cpu", "simulated-h200"])

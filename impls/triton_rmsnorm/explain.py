@@ -125,12 +125,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("shape", help="MxN, e.g. 2048x4096")
     p.add_argument("--dtype", default="bf16", choices=["fp16", "bf16", "fp32"])
     p.add_argument("--residual", action="store_true", help="a pre-norm residual add")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                   help="where the call would run (default: cuda where there is one, else cpu)")  # fmt: skip
     args = p.parse_args(argv)
     try:
         m, n = (int(v) for v in args.shape.lower().split("x"))
     except ValueError:
         p.error(f"argument shape: expected MxN with integers, got {args.shape!r}")
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        p.error("argument --device: cuda, but this machine has no CUDA device: without one the "
+                "kernels run through Triton's interpreter (--device cpu), where the dispatch "
+                "tables are not read; the H200's table is impls/triton_rmsnorm/tables/"
+                "nvidia-h200.json (its format: dispatch_table.py)")  # fmt: skip
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
     x = torch.empty((m, n), dtype=dtype, device=args.device)
     w = torch.empty((n,), dtype=dtype, device=args.device)
