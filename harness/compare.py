@@ -224,12 +224,35 @@ def _shape(text: str) -> str:
 
 
 def _from_path(text: str) -> list[Path]:
+    """The results files a --from argument names; a folder with an INDEX.md (results/<gpu>/)
+    gives the runs it lists first, in its order (the results page's run numbers), then any
+    other *.jsonl in it."""
     from harness import results
 
     try:
-        return results.result_files(text)
+        files = results.result_files(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+    numbers = _run_numbers(files)
+    return sorted(files, key=lambda f: (numbers.get(f.resolve(), (1e9,))[0], f.name))
+
+
+def _run_numbers(files: list[Path]) -> dict[Path, tuple[int, str]]:
+    """{resolved file: (its line in its folder's INDEX.md, the run's name)} for the files an
+    index lists: the run numbers of results/README.md."""
+    from harness import page
+
+    numbers: dict[Path, tuple[int, str]] = {}
+    for index in {f.parent / "INDEX.md" for f in files}:
+        if not index.is_file():
+            continue
+        try:
+            entries = page.read_index(index)
+        except (OSError, ValueError):  # an index that does not parse numbers nothing
+            continue
+        for i, entry in enumerate(entries, 1):
+            numbers[entry["path"].resolve()] = (i, entry["run"])
+    return numbers
 
 
 def _existing_file(text: str) -> Path:
@@ -273,12 +296,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"argument --markdown: a results page ranks timings; {', '.join(named)} "
                      "holds a correctness run (no timings)")  # fmt: skip
     sources = [source for *_, source in runs]
+    numbers = _run_numbers([Path(source) for source in sources]) if args.from_files else {}
+    labels = {source: f"Run {numbers[key][0]}: {numbers[key][1]}" for source in sources
+              if (key := Path(source).resolve()) in numbers}  # fmt: skip
     plots = _plot_paths(args.plot, sources)
     for run, plot, n_plot, first_plot, check in zip(
         runs, plots, _plot_paths(args.plot_n, sources),
         _plot_paths(args.plot_first_call, sources), checks_only, strict=True,
     ):  # fmt: skip
         provenance, ceiling, rows, source = run
+        if source in labels:
+            print(f"# {labels[source]}\n")
         print(report.run_header(provenance, ceiling, stored=source if args.from_files else None,
                                 timed=not check))  # fmt: skip
         if check:
@@ -289,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
             _print_tables(rows, args.modes, args.per_shape)
             _write_plots(run, plot, n_plot, first_plot)
         print()
+    if len(runs) > 1:
+        print(_summary(runs, checks_only, labels))
     ncu_text = None
     if args.ncu is not None:
         import json
@@ -314,6 +344,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_files is None:
         print(f"rows written to {runs[0][3]}")
     return 0
+
+
+def _summary(runs: list[tuple], checks_only: list[bool], labels: dict[str, str]) -> str:
+    """Several runs: one line a run and (op, mode, timing), ours against the fastest peer."""
+    from harness.page import versus_line
+    from harness.rows import ops_in, timings_of
+
+    lines = ["## Ours against the fastest oracle-passing peer, per run (geomean of per-case "
+             "ratios, our GB/s / the peer's; above 1 ours is faster)", ""]  # fmt: skip
+    for (_, _, rows, source), check in zip(runs, checks_only, strict=True):
+        said = [] if check else [
+            f"  {op} {line}" for op in ops_in(rows) for mode in ("fwd", "bwd")
+            for timing in timings_of(rows, mode) if (line := versus_line(rows, mode, timing, op))
+        ]  # fmt: skip
+        lines += [
+            f"{labels.get(source, source)} ({source})",
+            *(said or ["  (no case with ours and a peer)"]),
+        ]
+    return "\n".join(lines) + "\n"
 
 
 def _print_checks(rows: list[dict], modes: list[str]) -> None:

@@ -383,6 +383,9 @@ def run_header(provenance: dict, ceiling: dict, stored: str | None, timed: bool 
     if timed:
         lines.append("bandwidth = counted bytes / time; rmsnorm fwd counts 2*M*N elements, bwd "
                      "3*M*N; add_rmsnorm 4*M*N each: a model, not a DRAM counter")  # fmt: skip
+    lines.append("worst ulps: the largest error against the fp32 oracle, in ulps of "
+                 "max(|ref|, max|ref|/1024); err/bound: the largest error over the backend's "
+                 "written bound (harness/oracle.py), element by element: at most 1 passes")  # fmt: skip
     if stored:
         lines.append(f"from {stored}")
     return "\n".join(lines)

@@ -135,6 +135,32 @@ def test_from_prints_the_committed_h200_ranking(capsys):
         assert f"| {backend}" in text
 
 
+def test_from_a_folder_with_an_index_shows_its_runs_in_its_order_with_their_numbers(
+    tmp_path, capsys
+):
+    """--from results/<gpu>/: the runs its INDEX.md lists, in its order and headed with the
+    results page's run numbers, then the folder's other runs; a closing summary gives ours
+    against the fastest peer per run, and the header says what the oracle columns mean."""
+    import shutil
+
+    folder = tmp_path / "gpu"
+    folder.mkdir()
+    shutil.copy(H200_SEED_RUN, folder / "a-seed.jsonl")
+    shutil.copy(H200_LEGACY_RUN, folder / "b-add.jsonl")
+    shutil.copy(H200_LEGACY_RUN, folder / "0-unlisted.jsonl")
+    (folder / "INDEX.md").write_text("| run | file | plot | what |\n|---|---|---|---|\n"
+                                     "| add | b-add.jsonl | - | x |\n| seed | a-seed.jsonl | - | y |\n")  # fmt: skip
+    assert compare_main(["--from", str(folder)]) == 0
+    text = capsys.readouterr().out
+    add, seed = text.index("# Run 1: add\n"), text.index("# Run 2: seed\n")
+    unlisted = text.index("from " + str(folder / "0-unlisted.jsonl"))
+    assert add < seed < unlisted
+    summary = text[text.index("## Ours against the fastest oracle-passing peer, per run") :]
+    assert "Run 1: add (" in summary and "Run 2: seed (" in summary
+    assert "  rmsnorm fwd, device: " in summary and "  add_rmsnorm bwd, device: " in summary
+    assert "err/bound: the largest error over the backend's written bound" in text
+
+
 def test_from_several_runs_writes_one_page_with_ours_against_the_fastest_peer(tmp_path, capsys):
     """Each --from file is one run, ranked on its own; the page pivots ours against the fastest
     oracle-passing peer per case, and appends the notes file."""
