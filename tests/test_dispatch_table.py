@@ -894,3 +894,22 @@ def test_a_table_configuration_outside_the_space_is_said_not_hidden(monkeypatch)
         assert configs._table_config("rmsnorm_fwd_kernel") is None  # said once
     assert explain._config_text("rmsnorm_fwd_kernel", typo).endswith("the heuristic runs instead)")
     assert "heuristic" not in explain._config_text("rmsnorm_fwd_kernel", some)
+
+
+def test_a_path_not_offered_names_the_condition_it_fails_with_its_numbers():
+    """offers (what explain prints) names the first condition a call fails, not every one."""
+    from impls.triton_rmsnorm import offers
+
+    def why(m, n, family):
+        x = torch.empty((m, n), dtype=torch.bfloat16)
+        w = torch.empty((n,), dtype=torch.bfloat16)
+        found = {o.name: o.reason for o in offers.backward_offers(x, torch.empty_like(x), w, None)}
+        return found[family]
+
+    assert (
+        why(8, 1000, "two_role") == "N = 1000 outside 2048-16384 (TWO_ROLE_MIN_N, TWO_ROLE_MAX_N)"
+    )
+    assert why(2048, 6144, "two_role").startswith("M x N = 12582912 elements > ")
+    assert why(16, 6144, "two_role").startswith("x and dy (0 MiB) not within half of this GPU's L2")
+    assert why(16, 6144, "held_row") == "N = 6144 outside (16384, 32768]"
+    assert why(16, 6144, "held_group") == "N = 6144 <= 16384"

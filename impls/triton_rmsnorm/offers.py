@@ -85,13 +85,18 @@ def backward_offers(x: torch.Tensor, dy: torch.Tensor, weight: torch.Tensor,
                 *(Offer(name, (), two_level) for name in ("two_role", "wide", "held_row",
                                                           "held_group"))]  # fmt: skip
     two_role = None if backward_launch.backward_takes_two_roles(x, dy, dh_out) else (
-        f"N > {cap}: the single tile does not take it" if looped else
-        f"only {backward_launch.TWO_ROLE_MIN_N}-{backward_launch.TWO_ROLE_MAX_N} columns, at most "
-        f"{backward_launch.TWO_ROLE_MAX_ELEMENTS} elements, rows on 16 bytes, x and dy in half "
-        "of a GPU's L2")  # fmt: skip
+        f"N > {cap}: the single tile does not take it" if looped else _two_role_why(x, dy, dh_out)
+        or "not offered (backward_launch.backward_takes_two_roles)")  # fmt: skip
+    stages = lambda: held_paths._held_backward_can_stage(x, dy, weight, dh_out)  # noqa: E731
+    staging = "the tensors do not suit it (16-bit x, dy, w; N a multiple of 16; 16-byte rows)"
     held_row = None if held_paths.backward_holds_row_on_chip(x, dy, weight, dh_out) else (
-        f"N outside ({cap}, {held_paths.HELD_BACKWARD_MAX_N}], or the tensors or GPU do not suit "
-        "it (16-bit x, dy, w; N a multiple of 16; 16-byte rows; a Hopper-class GPU)")  # fmt: skip
+        _first_failing([
+            (lambda: cap < n <= held_paths.HELD_BACKWARD_MAX_N,
+             f"N = {n} outside ({cap}, {held_paths.HELD_BACKWARD_MAX_N}]"),
+            (stages, staging),
+            (lambda: held_paths._held_row_backward_fits_device(x.device, n),
+             "needs a Hopper-class NVIDIA GPU with the shared memory of its ring"),
+        ]) or "not offered (held_paths.backward_holds_row_on_chip)")  # fmt: skip
     groups = held_paths.held_group_backwards(x, dy, weight, dh_out)
     offers = [
         Offer("single_tile", (backward_launch._backward_single_tile,),
@@ -101,10 +106,30 @@ def backward_offers(x: torch.Tensor, dy: torch.Tensor, weight: torch.Tensor,
         Offer("wide", (backward_launch._backward_wide,), None if looped else f"N <= {cap}"),
         Offer("held_row", held_launch._HELD_ROW_BACKWARDS if held_row is None else (), held_row),
         Offer("held_group", tuple(map(held_launch._held_group_backward_path, groups)),
-              None if groups else f"N <= {cap}, or the tensors or GPU do not suit it (as the "
-              "held row; past its widths, or slices filled whole)"),
+              None if groups else _first_failing([
+                  (lambda: n > cap, f"N = {n} <= {cap}"), (stages, staging)])
+              or "no configuration fits (a Hopper-class GPU; at the held row's widths, rows "
+              "that fill the slices whole)"),
     ]  # fmt: skip
     return _ordered(offers)
+
+
+def _two_role_why(x: torch.Tensor, dy: torch.Tensor, dh_out: torch.Tensor | None) -> str | None:
+    """The first of backward_launch.backward_takes_two_roles' conditions this call fails, with
+    its numbers."""
+    m, n = x.shape
+    low, high = backward_launch.TWO_ROLE_MIN_N, backward_launch.TWO_ROLE_MAX_N
+    cap = backward_launch.TWO_ROLE_MAX_ELEMENTS
+    x_and_dy = m * n * (x.element_size() + dy.element_size())
+    return _first_failing([
+        (lambda: low <= n <= high, f"N = {n} outside {low}-{high} (TWO_ROLE_MIN_N, TWO_ROLE_MAX_N)"),
+        (lambda: m * n <= cap, f"M x N = {m * n} elements > {cap} (TWO_ROLE_MAX_ELEMENTS)"),
+        (lambda: backward_launch.backward_row_period(x, dy, dh_out) == 1,
+         "rows not on 16 bytes (the shifted single tile serves them)"),
+        (lambda: backward_launch._two_role_fits_device(x.device, x_and_dy),
+         f"x and dy ({x_and_dy / 2**20:.0f} MiB) not within half of this GPU's L2 "
+         f"({common._l2_bytes(x.device) / 2**20:.0f} MiB; none under the interpreter)"),
+    ])  # fmt: skip
 
 
 def _ordered(offers: list[Offer]) -> list[Offer]:
