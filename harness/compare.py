@@ -228,31 +228,14 @@ def _from_path(text: str) -> list[Path]:
     gives the runs it lists first, in its order (the results page's run numbers), then any
     other *.jsonl in it."""
     from harness import results
+    from harness.index import run_numbers
 
     try:
         files = results.result_files(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
-    numbers = _run_numbers(files)
+    numbers = run_numbers(files)
     return sorted(files, key=lambda f: (numbers.get(f.resolve(), (1e9,))[0], f.name))
-
-
-def _run_numbers(files: list[Path]) -> dict[Path, tuple[int, str]]:
-    """{resolved file: (its line in its folder's INDEX.md, the run's name)} for the files an
-    index lists: the run numbers of results/README.md."""
-    from harness import page
-
-    numbers: dict[Path, tuple[int, str]] = {}
-    for index in {f.parent / "INDEX.md" for f in files}:
-        if not index.is_file():
-            continue
-        try:
-            entries = page.read_index(index)
-        except (OSError, ValueError):  # an index that does not parse numbers nothing
-            continue
-        for i, entry in enumerate(entries, 1):
-            numbers[entry["path"].resolve()] = (i, entry["run"])
-    return numbers
 
 
 def _existing_file(text: str) -> Path:
@@ -296,7 +279,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"argument --markdown: a results page ranks timings; {', '.join(named)} "
                      "holds a correctness run (no timings)")  # fmt: skip
     sources = [source for *_, source in runs]
-    numbers = _run_numbers([Path(source) for source in sources]) if args.from_files else {}
+    from harness.index import run_numbers
+
+    numbers = run_numbers([Path(source) for source in sources]) if args.from_files else {}
     labels = {source: f"Run {numbers[key][0]}: {numbers[key][1]}" for source in sources
               if (key := Path(source).resolve()) in numbers}  # fmt: skip
     plots = _plot_paths(args.plot, sources)
@@ -318,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             _write_plots(run, plot, n_plot, first_plot)
         print()
     if len(runs) > 1:
-        print(_summary(runs, checks_only, labels))
+        print(report.runs_summary(runs, checks_only, labels))
     ncu_text = None
     if args.ncu is not None:
         import json
@@ -344,25 +329,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_files is None:
         print(f"rows written to {runs[0][3]}")
     return 0
-
-
-def _summary(runs: list[tuple], checks_only: list[bool], labels: dict[str, str]) -> str:
-    """Several runs: one line a run and (op, mode, timing), ours against the fastest peer."""
-    from harness.page import versus_line
-    from harness.rows import ops_in, timings_of
-
-    lines = ["## Ours against the fastest oracle-passing peer, per run (geomean of per-case "
-             "ratios, our GB/s / the peer's; above 1 ours is faster)", ""]  # fmt: skip
-    for (_, _, rows, source), check in zip(runs, checks_only, strict=True):
-        said = [] if check else [
-            f"  {op} {line}" for op in ops_in(rows) for mode in ("fwd", "bwd")
-            for timing in timings_of(rows, mode) if (line := versus_line(rows, mode, timing, op))
-        ]  # fmt: skip
-        lines += [
-            f"{labels.get(source, source)} ({source})",
-            *(said or ["  (no case with ours and a peer)"]),
-        ]
-    return "\n".join(lines) + "\n"
 
 
 def _print_checks(rows: list[dict], modes: list[str]) -> None:

@@ -69,13 +69,13 @@ def recorded_pace(gpu: str | None, root: Path | None = None) -> tuple[float, str
 
 def pace_sources(folder: Path) -> list[Path]:
     """The .jsonl runs the folder's INDEX.md lists, and the folder's own *.jsonl."""
-    from harness import page
+    from harness.index import read_index
 
     listed: list[Path] = []
     index = folder / "INDEX.md"
     if index.is_file():
         try:
-            listed = [row["path"] for row in page.read_index(index)]
+            listed = [row["path"] for row in read_index(index)]
         except (OSError, ValueError):  # an index that does not parse still leaves the folder
             listed = []
     found = {p.resolve(): p for p in [*listed, *folder.glob("*.jsonl")]

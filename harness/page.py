@@ -22,37 +22,8 @@ import sys
 from pathlib import Path
 
 from harness import cost_tables, plots
-from harness.rows import fmt, geomean, op_of, ops_in, timings_of
-
-#: Columns every index must have (more may follow; they are shown in the runs table).
-INDEX_COLUMNS = ("run", "file", "plot", "what")
-
-
-def read_index(path: Path) -> list[dict]:
-    """The index's table rows as dicts keyed by its (lower-cased) header; paths resolved against
-    the index's folder. Raises ValueError naming the file when the table or a column is missing."""
-    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-    table = [line for line in lines if line.startswith("|")]
-    if len(table) < 2:
-        raise ValueError(f"index {path}: expected a markdown table '| run | file | plot | what |'")
-    header = [cell.strip().lower() for cell in table[0].strip("|").split("|")]
-    missing = [c for c in INDEX_COLUMNS if c not in header]
-    if missing:
-        raise ValueError(f"index {path}: table lacks column(s) {missing}; has {header}")
-    rows = []
-    for line in table[2:]:
-        cells = [cell.strip().strip("`") for cell in line.strip("|").split("|")]
-        if len(cells) != len(header):
-            raise ValueError(
-                f"index {path}: row {line!r} has {len(cells)} cells, header {len(header)}"
-            )
-        row = dict(zip(header, cells, strict=True))
-        row["path"] = path.parent / row["file"]
-        row["plot_path"] = path.parent / row["plot"] if row["plot"] not in ("", "-") else None
-        if not row["path"].exists():
-            raise ValueError(f"index {path}: {row['run']}: file {row['path']} does not exist")
-        rows.append(row)
-    return rows
+from harness.index import INDEX_COLUMNS, read_index
+from harness.rows import fmt, op_of, ops_in, timings_of
 
 
 def in_short(targets: Path) -> str:
@@ -159,22 +130,6 @@ def _cost_cell(entry: dict | None, column: tuple) -> str:
     if spec is not None:
         return fmt(value, spec)
     return str(value).split(" (")[0]  # yes / no / -: the counts are in compare --from
-
-
-def versus_line(rows: list[dict], mode: str, timing: str, op: str) -> str:
-    """Ours against the fastest peer that passed the oracle, per case, in one line."""
-    from harness import report
-
-    entries = report.versus(rows, mode, timing, op)
-    if not entries:
-        return ""
-    ratios = [e["ratio"] for e in entries]
-    worst = min(entries, key=lambda e: e["ratio"])
-    ahead = sum(r >= 1 - report.TIE for r in ratios)
-    mean = geomean(ratios)
-    return (f"{mode}, {timing}: {mean:.3f} of the fastest peer (geomean), ahead or tied at "
-            f"{ahead}/{len(ratios)}; worst {worst['ratio']:.2f}, {worst['m']}x{worst['n']} "
-            f"{worst['dtype']} ({worst['peer']})")  # fmt: skip
 
 
 def json_tables(path: Path) -> list[str] | None:
@@ -371,7 +326,7 @@ def build_pages(index: Path, out: Path, make_plots: bool = True) -> dict[Path, s
             for mode in ("fwd", "bwd"):
                 if not any(r["mode"] == mode and op_of(r) == op for r in rows):
                     continue
-                versus = [versus_line(rows, mode, t, op) for t in timings_of(rows, mode)]
+                versus = [report.versus_line(rows, mode, t, op) for t in timings_of(rows, mode)]
                 verdicts = [f"- {op} {v}" if op != "rmsnorm" else f"- {v}" for v in versus if v]
                 lines += verdicts
                 body += [f"## {op} {mode}", "", mode_table(rows, mode, op), "", *verdicts, ""]

@@ -194,6 +194,36 @@ def versus_table(rows: list[dict], mode: str, timing: str, op: str = "rmsnorm") 
     return tabulate(table, headers=headers, tablefmt="github") + "\n\n" + summary
 
 
+def versus_line(rows: list[dict], mode: str, timing: str, op: str) -> str:
+    """Ours against the fastest peer that passed the oracle, per case, in one line."""
+    entries = versus(rows, mode, timing, op)
+    if not entries:
+        return ""
+    ratios = [e["ratio"] for e in entries]
+    worst = min(entries, key=lambda e: e["ratio"])
+    ahead = sum(r >= 1 - TIE for r in ratios)
+    mean = geomean(ratios)
+    return (f"{mode}, {timing}: {mean:.3f} of the fastest peer (geomean), ahead or tied at "
+            f"{ahead}/{len(ratios)}; worst {worst['ratio']:.2f}, {worst['m']}x{worst['n']} "
+            f"{worst['dtype']} ({worst['peer']})")  # fmt: skip
+
+
+def runs_summary(runs: list[tuple], checks_only: list[bool], labels: dict[str, str]) -> str:
+    """Several runs: one line a run and (op, mode, timing), ours against the fastest peer."""
+    lines = ["## Ours against the fastest oracle-passing peer, per run (geomean of per-case "
+             "ratios, our GB/s / the peer's; above 1 ours is faster)", ""]  # fmt: skip
+    for (_, _, rows, source), check in zip(runs, checks_only, strict=True):
+        said = [] if check else [
+            f"  {op} {line}" for op in ops_in(rows) for mode in ("fwd", "bwd")
+            for timing in timings_of(rows, mode) if (line := versus_line(rows, mode, timing, op))
+        ]  # fmt: skip
+        lines += [
+            f"{labels.get(source, source)} ({source})",
+            *(said or ["  (no case with ours and a peer)"]),
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def _provenance_table(provenance: dict, ceiling: dict) -> list[str]:
     v = provenance.get("versions", {})
     peers = ", ".join(f"{k} {val}" for k, val in v.items() if val and k not in ("torch", "triton"))

@@ -15,6 +15,7 @@ import torch
 
 from harness import compare, interpreter, overhead, pace, results
 from harness.compare import main as compare_main
+from harness.index import read_index
 from harness.shapes import PRESETS
 from impls import all_backends
 
@@ -268,7 +269,6 @@ def test_the_estimate_takes_its_pace_from_the_runs_the_gpu_index_lists(capsys, t
     its pace from the newest complete run that records it, among the runs results/<gpu>/INDEX.md
     lists and the folder's *.jsonl, newest by start time; an interrupted run only when no
     complete one has it. Runs without elapsed_s (those committed before rows had it) give none."""
-    from harness import page
     from tests.test_harness import H200_LEGACY_RUN
 
     folder = tmp_path / results.gpu_slug({"gpu": "NVIDIA H200"})
@@ -309,7 +309,7 @@ def test_the_estimate_takes_its_pace_from_the_runs_the_gpu_index_lists(capsys, t
 
     # the committed index parses, and every run it lists is a source
     h200 = H200_LEGACY_RUN.parent
-    listed = {row["path"].name for row in page.read_index(h200 / "INDEX.md")}
+    listed = {row["path"].name for row in read_index(h200 / "INDEX.md")}
     assert {p.name for p in pace.pace_sources(h200)} >= {n for n in listed
                                                               if n.endswith(".jsonl")}  # fmt: skip
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from harness import page
+from harness.index import read_index
 
 ROOT = Path(__file__).resolve().parent.parent
 INDEX = ROOT / "results" / "nvidia-h200" / "INDEX.md"
@@ -16,7 +17,7 @@ def test_index_names_existing_files_and_the_pages_are_current(monkeypatch):
     (stale: regenerate), the results page stays under 40 KB, links each run's page, and no
     run page is left for a run the index no longer lists."""
     monkeypatch.chdir(ROOT)  # the page names the command that made it, with relative paths
-    entries = page.read_index(INDEX)
+    entries = read_index(INDEX)
     assert {e["run"] for e in entries} >= {
         "seed",
         "seed-fp32",
@@ -47,10 +48,10 @@ def test_index_errors_name_the_problem(tmp_path):
     bad = tmp_path / "INDEX.md"
     bad.write_text("| run | file |\n|---|---|\n| seed | x.jsonl |\n", encoding="utf-8")
     with pytest.raises(ValueError, match="lacks column"):
-        page.read_index(bad)
+        read_index(bad)
     bad.write_text("| run | file | plot | what |\n|---|---|---|---|\n| seed | x.jsonl | - | s |\n")
     with pytest.raises(ValueError, match="does not exist"):
-        page.read_index(bad)
+        read_index(bad)
 
 
 def test_probes_and_logs_get_a_page_of_their_own_numbered_with_the_runs(tmp_path):
