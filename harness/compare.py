@@ -225,13 +225,17 @@ def _shape(text: str) -> str:
 
 def _from_path(text: str) -> list[Path]:
     """The results files a --from argument names; a folder with an INDEX.md (results/<gpu>/)
-    gives the runs it lists first, in its order (the results page's run numbers), then any
-    other *.jsonl in it."""
+    gives the .jsonl runs it lists first (those under probes/ too), in its order (the results
+    page's run numbers), then any other *.jsonl in it."""
     from harness import results
-    from harness.index import run_numbers
+    from harness.index import read_index, run_numbers
 
     try:
         files = results.result_files(text)
+        index = Path(text) / "INDEX.md"
+        if index.is_file():  # its runs kept elsewhere (probes/) too
+            listed = [e["path"] for e in read_index(index) if e["path"].suffix == ".jsonl"]
+            files += [p for p in listed if p.resolve() not in {f.resolve() for f in files}]
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
     numbers = run_numbers(files)

@@ -38,10 +38,11 @@ def read_index(path: Path) -> list[dict]:
 
 
 def run_numbers(files: list[Path]) -> dict[Path, tuple[int, str]]:
-    """{resolved file: (its line in its folder's INDEX.md, the run's name)} for the files an
-    index lists: the run numbers of results/README.md."""
+    """{resolved file: (its line in the INDEX.md that lists it, the run's name)} for the files an
+    index lists: the run numbers of results/README.md. The index looked in is the file's
+    folder's or the one above it (a run kept under probes/)."""
     numbers: dict[Path, tuple[int, str]] = {}
-    for index in {f.parent / "INDEX.md" for f in files}:
+    for index in {d / "INDEX.md" for f in files for d in (f.parent, f.parent.parent)}:
         if not index.is_file():
             continue
         try:

@@ -913,3 +913,6 @@ def test_a_path_not_offered_names_the_condition_it_fails_with_its_numbers():
     assert why(16, 6144, "two_role").startswith("x and dy (0 MiB) not within half of this GPU's L2")
     assert why(16, 6144, "held_row") == "N = 6144 outside (16384, 32768]"
     assert why(16, 6144, "held_group") == "N = 6144 <= 16384"
+    # suitable tensors on the interpreter: the GPU is what fails, not the tensors
+    assert why(16, 20480, "held_row").startswith("needs an NVIDIA GPU and a Triton with Gluon")
+    assert why(16, 40960, "held_group").startswith("needs an NVIDIA GPU and a Triton with Gluon")

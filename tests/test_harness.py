@@ -148,13 +148,16 @@ def test_from_a_folder_with_an_index_shows_its_runs_in_its_order_with_their_numb
     shutil.copy(H200_SEED_RUN, folder / "a-seed.jsonl")
     shutil.copy(H200_LEGACY_RUN, folder / "b-add.jsonl")
     shutil.copy(H200_LEGACY_RUN, folder / "0-unlisted.jsonl")
+    (folder / "probes").mkdir()
+    shutil.copy(H200_LEGACY_RUN, folder / "probes" / "c-probe.jsonl")
     (folder / "INDEX.md").write_text("| run | file | plot | what |\n|---|---|---|---|\n"
-                                     "| add | b-add.jsonl | - | x |\n| seed | a-seed.jsonl | - | y |\n")  # fmt: skip
+                                     "| add | b-add.jsonl | - | x |\n| seed | a-seed.jsonl | - | y |\n"
+                                     "| probe | probes/c-probe.jsonl | - | z |\n")  # fmt: skip
     assert compare_main(["--from", str(folder)]) == 0
     text = capsys.readouterr().out
     add, seed = text.index("# Run 1: add\n"), text.index("# Run 2: seed\n")
     unlisted = text.index("from " + str(folder / "0-unlisted.jsonl"))
-    assert add < seed < unlisted
+    assert add < seed < text.index("# Run 3: probe\n") < unlisted  # probes/ runs it lists too
     summary = text[text.index("## Ours against the fastest oracle-passing peer, per run") :]
     assert "Run 1: add (" in summary and "Run 2: seed (" in summary
     assert "  rmsnorm fwd, device: " in summary and "  add_rmsnorm bwd, device: " in summary

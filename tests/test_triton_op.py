@@ -43,8 +43,7 @@ def test_module_without_affine(monkeypatch):
     ref = reference(x, ones, 1e-5)
     report = compare("y", norm(x), ref.y, torch.float32, OURS["y"], 512)
     assert report.passed, report.summary()
-    assert norm.state_dict() == {}  # as torch.nn.RMSNorm(elementwise_affine=False)
-    norm.to(DEVICE)
+    assert norm.state_dict() == {} and list(norm.buffers()) == []  # as torch.nn.RMSNorm's
     made = []
     real_ones = torch.ones
     monkeypatch.setattr(torch, "ones", lambda *a, **k: made.append(a) or real_ones(*a, **k))
@@ -52,6 +51,10 @@ def test_module_without_affine(monkeypatch):
     assert made == []  # the unit weight is made once, not at every call
     y16 = norm(x.to(torch.bfloat16))  # another dtype: a weight of x's dtype, y in x's dtype
     assert y16.dtype == torch.bfloat16 and len(made) == 1
+    with torch.device("meta"):  # built on meta, then materialized: no uninitialised state
+        lazy = RMSNorm((512,), eps=1e-5, elementwise_affine=False)
+    lazy.to_empty(device=DEVICE)
+    assert torch.equal(lazy(x), norm(x))
 
 
 def test_module_rejects_multi_dim_normalized_shape():

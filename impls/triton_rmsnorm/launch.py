@@ -17,8 +17,8 @@ serves, its thresholds and the measurements behind them: docs/design.md, "Forwar
   second kernel), two_role (2048-16384 columns: row programs and column programs in one
   launch), wide (two steps: a per-row dot product, then column blocks x row groups; the split
   dot when M < SMs), held_row and held_group as above.
-Where several paths can serve a call ("offered beside" above: forward rows of FORWARD_LOOPED_FROM_N
-< N <= SINGLE_TILE_MAX_N take the single tile or the looped path, say), the dispatch table picks
+Where several of these paths can serve a call (forward rows of FORWARD_LOOPED_FROM_N < N <=
+SINGLE_TILE_MAX_N take the single tile or the looped path, say), the dispatch table picks
 one, with each tuned kernel's configuration (dispatch.py, _dispatch below); with no entry the
 default (the first offered) runs in its heuristic configuration, so the held rows never do.
 Nothing is timed at a default call. Runtime tuning (opt-in: dispatch.tuning(),

@@ -41,20 +41,19 @@ class RMSNorm(nn.Module):
             self.weight = nn.Parameter(torch.ones(normalized_shape, device=device, dtype=dtype))
         else:
             self.register_parameter("weight", None)
-            # the unit weight a call without one reads: made once (it moves with .to()), not
-            # allocated and filled at every call; no state_dict entry, as torch.nn.RMSNorm has none
-            self.register_buffer(
-                "unit_weight", torch.ones(normalized_shape, device=device, dtype=dtype),
-                persistent=False,
-            )  # fmt: skip
+        # the unit weight a call without one reads: made at the first call on x's device and
+        # dtype, then kept (not a buffer: no state to broadcast, load or leave uninitialised by
+        # to_empty; torch.nn.RMSNorm without affine holds none)
+        self._unit_weight: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         eps = torch.finfo(x.dtype).eps if self.eps is None else self.eps
         weight = self.weight
         if weight is None:
-            weight = self.unit_weight
-            if weight.dtype != x.dtype or weight.device != x.device:  # y keeps x's dtype
+            weight = self._unit_weight
+            if weight is None or weight.dtype != x.dtype or weight.device != x.device:
                 weight = torch.ones(self.normalized_shape, device=x.device, dtype=x.dtype)
+                self._unit_weight = weight
         return rmsnorm(x, weight, eps)
 
     def extra_repr(self) -> str:

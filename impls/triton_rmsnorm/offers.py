@@ -87,13 +87,20 @@ def backward_offers(x: torch.Tensor, dy: torch.Tensor, weight: torch.Tensor,
     two_role = None if backward_launch.backward_takes_two_roles(x, dy, dh_out) else (
         f"N > {cap}: the single tile does not take it" if looped else _two_role_why(x, dy, dh_out)
         or "not offered (backward_launch.backward_takes_two_roles)")  # fmt: skip
-    stages = lambda: held_paths._held_backward_can_stage(x, dy, weight, dh_out)  # noqa: E731
-    staging = "the tensors do not suit it (16-bit x, dy, w; N a multiple of 16; 16-byte rows)"
+    gluon = (
+        lambda: held_paths.gluon_kernels is not None and common._inline_ptx_runs(),
+        "needs an NVIDIA GPU and a Triton with Gluon (not the interpreter)",
+    )
+    stages = (
+        lambda: held_paths._held_backward_can_stage(x, dy, weight, dh_out),
+        "the tensors do not suit it (16-bit x, dy, w; N a multiple of 16; 16-byte rows)",
+    )
     held_row = None if held_paths.backward_holds_row_on_chip(x, dy, weight, dh_out) else (
         _first_failing([
             (lambda: cap < n <= held_paths.HELD_BACKWARD_MAX_N,
              f"N = {n} outside ({cap}, {held_paths.HELD_BACKWARD_MAX_N}]"),
-            (stages, staging),
+            gluon,
+            stages,
             (lambda: held_paths._held_row_backward_fits_device(x.device, n),
              "needs a Hopper-class NVIDIA GPU with the shared memory of its ring"),
         ]) or "not offered (held_paths.backward_holds_row_on_chip)")  # fmt: skip
@@ -107,7 +114,7 @@ def backward_offers(x: torch.Tensor, dy: torch.Tensor, weight: torch.Tensor,
         Offer("held_row", held_launch._HELD_ROW_BACKWARDS if held_row is None else (), held_row),
         Offer("held_group", tuple(map(held_launch._held_group_backward_path, groups)),
               None if groups else _first_failing([
-                  (lambda: n > cap, f"N = {n} <= {cap}"), (stages, staging)])
+                  (lambda: n > cap, f"N = {n} <= {cap}"), gluon, stages])
               or "no configuration fits (a Hopper-class GPU; at the held row's widths, rows "
               "that fill the slices whole)"),
     ]  # fmt: skip
