@@ -228,18 +228,13 @@ def _from_path(text: str) -> list[Path]:
     gives the .jsonl runs it lists first (those under probes/ too), in its order (the results
     page's run numbers), then any other *.jsonl in it."""
     from harness import results
-    from harness.index import read_index, run_numbers
+    from harness.index import folder_runs
 
     try:
         files = results.result_files(text)
-        index = Path(text) / "INDEX.md"
-        if index.is_file():  # its runs kept elsewhere (probes/) too
-            listed = [e["path"] for e in read_index(index) if e["path"].suffix == ".jsonl"]
-            files += [p for p in listed if p.resolve() not in {f.resolve() for f in files}]
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
-    numbers = run_numbers(files)
-    return sorted(files, key=lambda f: (numbers.get(f.resolve(), (1e9,))[0], f.name))
+    return folder_runs(Path(text)) if Path(text).is_dir() else files
 
 
 def _existing_file(text: str) -> Path:
@@ -261,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _check_args(parser, args, on_cuda)
     from harness import report, results
+    from harness.index import run_numbers
 
     runs = []  # (provenance, ceiling, rows, source): each one run, ranked on its own
     if args.from_files is not None:
@@ -283,8 +279,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"argument --markdown: a results page ranks timings; {', '.join(named)} "
                      "holds a correctness run (no timings)")  # fmt: skip
     sources = [source for *_, source in runs]
-    from harness.index import run_numbers
-
     numbers = run_numbers([Path(source) for source in sources]) if args.from_files else {}
     labels = {source: f"Run {numbers[key][0]}: {numbers[key][1]}" for source in sources
               if (key := Path(source).resolve()) in numbers}  # fmt: skip

@@ -52,3 +52,19 @@ def run_numbers(files: list[Path]) -> dict[Path, tuple[int, str]]:
         for i, entry in enumerate(entries, 1):
             numbers[entry["path"].resolve()] = (i, entry["run"])
     return numbers
+
+
+def folder_runs(folder: Path) -> list[Path]:
+    """A results folder's runs: the .jsonl files its INDEX.md lists (under probes/ too), in the
+    index's order, then the folder's other *.jsonl (a run copied in, not yet indexed) by name.
+    An index that is missing or does not parse leaves the folder's own files."""
+    listed: list[Path] = []
+    index = folder / "INDEX.md"
+    if index.is_file():
+        try:
+            listed = [row["path"] for row in read_index(index)]
+        except (OSError, ValueError):
+            listed = []
+    found = {p.resolve(): p for p in [*listed, *sorted(folder.glob("*.jsonl"))]
+             if p.suffix == ".jsonl" and p.is_file()}  # fmt: skip
+    return list(found.values())

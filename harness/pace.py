@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.index import folder_runs
+
 #: Rough seconds per step (one backend, shape and dtype) of a correctness run on a CPU, through
 #: the Triton interpreter: a fixed part and a part per element of the input for a backend that
 #: runs here, and the time to skip one that cannot. From a 2-core x86 machine shared with other
@@ -48,7 +50,7 @@ def recorded_pace(gpu: str | None, root: Path | None = None) -> tuple[float, str
 
     root = root or Path(__file__).resolve().parent.parent / "results"
     paced = []
-    for path in pace_sources(root / results.gpu_slug({"gpu": gpu})):
+    for path in folder_runs(root / results.gpu_slug({"gpu": gpu})):
         try:
             provenance, _, rows = results.load(path)
         except (OSError, ValueError):
@@ -65,22 +67,6 @@ def recorded_pace(gpu: str | None, root: Path | None = None) -> tuple[float, str
         return None
     *_, seconds, name = max(paced)
     return seconds, name
-
-
-def pace_sources(folder: Path) -> list[Path]:
-    """The .jsonl runs the folder's INDEX.md lists, and the folder's own *.jsonl."""
-    from harness.index import read_index
-
-    listed: list[Path] = []
-    index = folder / "INDEX.md"
-    if index.is_file():
-        try:
-            listed = [row["path"] for row in read_index(index)]
-        except (OSError, ValueError):  # an index that does not parse still leaves the folder
-            listed = []
-    found = {p.resolve(): p for p in [*listed, *folder.glob("*.jsonl")]
-             if p.suffix == ".jsonl" and p.is_file()}  # fmt: skip
-    return sorted(found.values())
 
 
 def duration(seconds: float) -> str:

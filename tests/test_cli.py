@@ -15,7 +15,7 @@ import torch
 
 from harness import compare, interpreter, overhead, pace, results
 from harness.compare import main as compare_main
-from harness.index import read_index
+from harness.index import folder_runs, read_index
 from harness.shapes import PRESETS
 from impls import all_backends
 
@@ -310,7 +310,7 @@ def test_the_estimate_takes_its_pace_from_the_runs_the_gpu_index_lists(capsys, t
     # the committed index parses, and every run it lists is a source
     h200 = H200_LEGACY_RUN.parent
     listed = {row["path"].name for row in read_index(h200 / "INDEX.md")}
-    assert {p.name for p in pace.pace_sources(h200)} >= {n for n in listed
+    assert {p.name for p in folder_runs(h200)} >= {n for n in listed
                                                               if n.endswith(".jsonl")}  # fmt: skip
 
 
