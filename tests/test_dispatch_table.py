@@ -716,6 +716,37 @@ def test_explain_names_each_directions_path_source_and_configs(capsys):
         )
 
 
+def test_explain_gpu_reads_that_gpus_committed_table_without_a_device(
+    tmp_path, monkeypatch, capsys
+):
+    """explain --gpu CLASS reads tables/CLASS.json alone, on any machine: each direction's entry
+    by the lookup rule (nearest measured width and M class), or 'no entry'; an unknown class
+    is a usage error naming the committed ones."""
+    from impls.triton_rmsnorm import explain
+
+    bf16 = Key("fwd", ("bfloat16",) * 3, False)
+    table = Table([Entry(bf16, 4096, 512, "single_tile", {"rmsnorm_fwd_kernel": {
+        "BLOCK_M": 2, "LOOP_STAGES": 4, "PROGRAMS_PER_SM": 2, "num_stages": 4, "num_warps": 8}}),
+        Entry(bf16, 4096, 16384, "looped", {})], {"gpu": "Test GPU X1"})  # fmt: skip
+    table.save(tmp_path / "test-gpu-x1.json")
+    monkeypatch.setattr(dispatch_table, "TABLES_DIR", tmp_path)
+    text = explain.explain_table("Test GPU X1", 1024, 4096, torch.bfloat16)
+    assert text.splitlines()[0].startswith("rmsnorm on Test GPU X1 (its committed table, "
+                                           "test-gpu-x1.json): M=1024, N=4096")  # fmt: skip
+    assert "fwd: single_tile  (the table's entry n=4096, m=512)" in text
+    assert "'num_warps': 8" in text and "bwd: no entry" in text
+    assert "fwd: looped  (the table's entry n=4096, m=16384)" in explain.explain_table(
+        "test-gpu-x1", 8192, 4000, torch.bfloat16
+    )  # the nearest M class, the width's family
+    assert "fwd: no entry" in explain.explain_table("test-gpu-x1", 1024, 4096, torch.float16)
+    assert explain.main(["1024x4096", "--gpu", "test-gpu-x1"]) == 0
+    assert "fwd: single_tile  (the table's entry n=4096, m=512)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        explain.main(["1024x4096", "--gpu", "nvidia-a100"])
+    err = capsys.readouterr().err
+    assert "argument --gpu: expected a GPU class with a committed table (test-gpu-x1)" in err
+
+
 @pytest.mark.parametrize("gpu", [False, True], ids=["cpu", "simulated-h200"])
 def test_offers_give_the_launchers_paths_with_a_reason_for_each_left_out(
     pretend_device, monkeypatch, gpu

@@ -4,12 +4,19 @@
     print(explain(x, weight))                       # x, weight as you would call rmsnorm
 
     python -m impls.triton_rmsnorm.explain 2048x4096 --dtype bf16 [--residual] [--device cuda]
+    python -m impls.triton_rmsnorm.explain 2048x4096 --gpu nvidia-h200    # no GPU needed
 
 For each direction: the paths offered for the call (the default first) and why the others are
 not (offers.py), the one that serves it and where that came from (the dispatch table's entry and the point it was measured at, an
 override, or the heuristic and why), and its kernels' configurations. It asks what a call
 asks (dispatch.choose), so under dispatch.override it says what the override does; an opt-in
 runtime tuning would measure the offered paths first (dispatch.py).
+
+With --gpu (a GPU class with a committed table, as tables/ names it) it reads that table alone,
+on any machine: the entry each direction's call would take there and the point it was measured
+at. It cannot say there which paths that GPU offers for the call (the offers ask the device);
+on the GPU itself, an entry whose path is not offered for a call (strides, say) gives way to
+the default, as the full form above says.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import sys
 
 import torch
 
-from . import common, configs, dispatch, forward_launch, launch, offers
+from . import common, configs, dispatch, dispatch_table, forward_launch, launch, offers
 from .function import _rows, _x_rows
 
 
@@ -119,6 +126,37 @@ def explain(
     return "\n".join(lines)
 
 
+def committed_gpus() -> list[str]:
+    """The GPU classes with a committed dispatch table (their file stems in tables/)."""
+    return sorted(p.stem for p in dispatch_table.TABLES_DIR.glob("*.json"))
+
+
+def explain_table(gpu: str, m: int, n: int, dtype: torch.dtype, *, residual: bool = False) -> str:
+    """What the committed table of GPU class `gpu` ("nvidia-h200", or its name "NVIDIA H200")
+    gives an [m, n] call of x, weight and y in `dtype` (dy and dx too), per direction, as text:
+    read from the table's file alone, no device asked (see the module docstring)."""
+    slug = dispatch_table.gpu_slug(gpu)
+    path = dispatch_table.TABLES_DIR / f"{slug}.json"
+    if not path.exists():
+        raise ValueError(f"gpu: expected a GPU class with a committed table "
+                         f"({', '.join(committed_gpus()) or 'none'}), got {gpu!r}")  # fmt: skip
+    table = dispatch_table.Table.load(path)
+    lines = [f"rmsnorm on {table.meta.get('gpu', slug)} (its committed table, {path.name}): "
+             f"M={m}, N={n}, x {dtype}, weight {dtype}" + (", residual" if residual else "")]  # fmt: skip
+    for direction, count in (("fwd", 3), ("bwd", 4)):
+        key = dispatch.entry_key(direction, (dtype,) * count, residual)
+        entry = table.lookup(key, n, m)
+        if entry is None:
+            lines.append(f"{direction}: no entry for these dtypes, residual and padded width: "
+                         "the default path in heuristic configurations")  # fmt: skip
+            continue
+        lines += [f"{direction}: {entry.path}  (the table's entry n={entry.n}, m={entry.m})",
+                  *(f"  configs: {_config_text(k, c)}" for k, c in sorted(entry.configs.items()))]  # fmt: skip
+    lines.append("(the paths that GPU offers for the call are not asked here: where the entry's "
+                 "path is not offered, by the call's strides say, the default runs there)")  # fmt: skip
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m impls.triton_rmsnorm.explain",
                                 description=__doc__.splitlines()[0])  # fmt: skip
@@ -127,17 +165,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--residual", action="store_true", help="a pre-norm residual add")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                    help="where the call would run (default: cuda where there is one, else cpu)")  # fmt: skip
+    p.add_argument("--gpu", default=None, metavar="CLASS",
+                   help="read the committed table of this GPU class instead, on any machine "
+                   f"(committed: {', '.join(committed_gpus()) or 'none'})")  # fmt: skip
     args = p.parse_args(argv)
     try:
         m, n = (int(v) for v in args.shape.lower().split("x"))
     except ValueError:
         p.error(f"argument shape: expected MxN with integers, got {args.shape!r}")
+    if m < 1 or n < 1:
+        p.error(f"argument shape: expected M and N of at least 1, got {args.shape!r}")
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
+    if args.gpu is not None:
+        try:
+            print(explain_table(args.gpu, m, n, dtype, residual=args.residual))
+        except ValueError as error:
+            p.error(f"argument --gpu: {str(error).removeprefix('gpu: ')}")
+        return 0
     if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
         p.error("argument --device: cuda, but this machine has no CUDA device: without one the "
                 "kernels run through Triton's interpreter (--device cpu), where the dispatch "
                 "tables are not read; the H200's table is impls/triton_rmsnorm/tables/"
-                "nvidia-h200.json (its format: dispatch_table.py)")  # fmt: skip
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
+                "nvidia-h200.json (its format: dispatch_table.py; --gpu nvidia-h200 reads "
+                "it here)")  # fmt: skip
     x = torch.empty((m, n), dtype=dtype, device=args.device)
     w = torch.empty((n,), dtype=dtype, device=args.device)
     r = torch.empty_like(x) if args.residual else None
