@@ -135,13 +135,12 @@ def explain_table(gpu: str, m: int, n: int, dtype: torch.dtype, *, residual: boo
     """What the committed table of GPU class `gpu` ("nvidia-h200", or its name "NVIDIA H200")
     gives an [m, n] call of x, weight and y in `dtype` (dy and dx too), per direction, as text:
     read from the table's file alone, no device asked (see the module docstring)."""
-    slug = dispatch_table.gpu_slug(gpu)
-    path = dispatch_table.TABLES_DIR / f"{slug}.json"
+    path = dispatch_table.committed_table_path(gpu)
     if not path.exists():
         raise ValueError(f"gpu: expected a GPU class with a committed table "
                          f"({', '.join(committed_gpus()) or 'none'}), got {gpu!r}")  # fmt: skip
     table = dispatch_table.Table.load(path)
-    lines = [f"rmsnorm on {table.meta.get('gpu', slug)} (its committed table, {path.name}): "
+    lines = [f"rmsnorm on {table.meta.get('gpu', path.stem)} (its committed table, {path.name}): "
              f"M={m}, N={n}, x {dtype}, weight {dtype}" + (", residual" if residual else "")]  # fmt: skip
     for direction, count in (("fwd", 3), ("bwd", 4)):
         key = dispatch.entry_key(direction, (dtype,) * count, residual)
